@@ -1,0 +1,26 @@
+# The README's two commands are `make demo` and `make test`; both set up what they need first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup kafka demo test bench clean
+
+$(BIN)/epochline: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(BIN)/epochline
+
+kafka: setup  ## fetch the Kafka jars from Maven Central (cached)
+	$(BIN)/python -c "from engine.local_broker import fetch_kafka_jars; print(fetch_kafka_jars())"
+
+demo: setup  ## start the local broker and run the exactly-once example pipeline on it
+	bash examples/quickstart.sh
+
+test: setup  ## the whole default suite against a real local broker
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .epochline

@@ -1,0 +1,1 @@
+"""Kafka source connectors: partitions into Arrow record batches, positions as SourceCheckpoints."""

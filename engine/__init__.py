@@ -1,0 +1,1 @@
+"""epochline's engine: coordinator, checkpoints, operators, batch store, local broker and CLI."""

@@ -1,0 +1,1 @@
+"""Sinks: transactional Kafka producers, the commit point of every checkpoint epoch."""
