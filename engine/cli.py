@@ -11,8 +11,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from engine.config import ConfigError, load_config
 from engine.local_broker import DEFAULT_DATA_DIR, DEFAULT_PORT, BrokerError, LocalBroker
 from engine.logs import configure_logging
+from engine.operators import OperatorConfigError
+from engine.pipeline import validate_offline
+from engine.runner import ConnectorFailed, RunOptions, bootstrap_from, run_connector
+from schemas import SchemaError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -56,11 +61,38 @@ def _add_broker_commands(commands: argparse._SubParsersAction) -> None:
         action.set_defaults(handler=handler)
 
 
+def _run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    run_connector(config, RunOptions(bootstrap=bootstrap_from(args.bootstrap_servers), stop_at_end=args.stop_at_end))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """Checks the config file, its schemas and its transform without touching Kafka."""
+    config = load_config(args.config)
+    validate_offline(config)
+    print(f"{args.config}: ok ({config.name}: {config.source.topic} -> {config.sink.topic}, {config.sink.delivery})")
+    return 0
+
+
+def _add_run_commands(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser("run", help="run one connector from its per-topic YAML config")
+    run.add_argument("config", type=Path)
+    run.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP)")
+    run.add_argument("--stop-at-end", action="store_true",
+                     help="capture the end offsets at start; exit 0 once everything up to them is committed")
+    run.set_defaults(handler=_run)
+    validate = commands.add_parser("validate", help="check a connector config without running it")
+    validate.add_argument("config", type=Path)
+    validate.set_defaults(handler=_validate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epochline", description="Exactly-once pipelines between Kafka topics")
     parser.add_argument("--log-level", default="INFO")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_broker_commands(commands)
+    _add_run_commands(commands)
     return parser
 
 
@@ -69,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         return int(args.handler(args))
-    except BrokerError as error:
+    except (BrokerError, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError) as error:
         print(f"epochline: {error}", file=sys.stderr)
         return 2
 

@@ -142,7 +142,7 @@ class BrokerState:
         return f"127.0.0.1:{self.port}"
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
     """Single-node combined broker+controller settings; replication 1 so transactions work alone."""
     settings = {
         "process.roles": "broker,controller",
@@ -233,9 +233,9 @@ class LocalBroker:
                 f"port {port} on 127.0.0.1 is in use; stop what listens there or pass --port with a free port"
             )
         classpath = kafka_classpath()
-        controller_port = free_port()
+        controller_port = self._previous_controller_port() or free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._config_file.write_text(_server_properties(self.data_dir, port, controller_port))
+        self._config_file.write_text(server_properties(self.data_dir, port, controller_port))
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log_file=self.log_file))
         self._format_storage(java, classpath)
@@ -257,13 +257,25 @@ class LocalBroker:
         log.info("broker started", extra={"pid": state.pid, "bootstrap": state.bootstrap})
         return state
 
+    def _previous_controller_port(self) -> int | None:
+        """A restarted broker keeps its controller port, so its KRaft quorum config stays the same."""
+        try:
+            recorded = self._config_file.read_text()
+        except FileNotFoundError:
+            return None
+        for line in recorded.splitlines():
+            if line.startswith("controller.quorum.voters="):
+                port = int(line.rsplit(":", 1)[1])
+                return port if port_is_free(port) else None
+        return None
+
     def _format_storage(self, java: str, classpath: str) -> None:
         """Format KRaft storage once per data dir; a formatted dir keeps its cluster id and topics."""
         if (self.data_dir / "kraft" / "meta.properties").exists():
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         done = subprocess.run(
-            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
              "-c", str(self._config_file)],
             capture_output=True, text=True,
         )

@@ -25,7 +25,7 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRIBUTES})
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=str).decode()
+        return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def configure_logging(level: str = "INFO") -> None:

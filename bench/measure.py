@@ -1,0 +1,275 @@
+"""Running one contender and measuring it: wall time to committed output, CPU, peak RSS, latency.
+
+Methods (they are what the numbers mean):
+
+- **records/s** = input records / (time the last expected output record became visible to a
+  ``read_committed`` reader − time the contender's process was started). Process start-up (interpreter,
+  imports, group join) is inside the window, as a user running the job would see it.
+- **CPU seconds and peak RSS** come from ``os.wait4`` on the contender's process: user+sys of the process
+  and every descendant it waited for, and the largest resident set among them (Linux ``ru_maxrss``).
+  The broker's own CPU is not counted.
+- **Latency** is measured in a second, live run of the contender on fresh topics: after a warm-up record
+  makes it through, probe records are produced at a steady rate; a record's latency is the time a
+  ``read_committed`` tailer (in the harness) receives its output minus the record's producer timestamp
+  (CreateTime from the delivery report). Both clocks are this machine's wall clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from bench.contenders import Contender, JobSpec
+from connectors.admin import end_offsets, partitions_of
+
+log = logging.getLogger(__name__)
+
+
+class ContenderFailed(RuntimeError):
+    """The contender lost or duplicated records, exited with an error, or ran past its timeout."""
+
+
+@dataclass
+class Usage:
+    cpu_seconds: float
+    peak_rss_mb: float
+    exit_code: int
+
+
+class ChildProcess:
+    """A contender process in its own session, reaped with ``wait4`` so its resource usage is its own."""
+
+    def __init__(self, command: list[str], log_path: Path, cwd: Path) -> None:
+        with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+        self.usage: Usage | None = None
+
+    def poll(self) -> Usage | None:
+        """The usage once the process has exited (reaping it), else None."""
+        if self.usage is None:
+            pid, status, rusage = os.wait4(self.process.pid, os.WNOHANG)
+            if pid == self.process.pid:
+                self.process.returncode = os.waitstatus_to_exitcode(status)
+                self.usage = Usage(rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss / 1024,
+                                   self.process.returncode)
+        return self.usage
+
+    def wait(self, timeout: float) -> Usage | None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.usage
+
+    def stop(self, grace: float) -> Usage:
+        """SIGTERM the process group (a graceful stop), SIGKILL it after ``grace`` seconds."""
+        for signum, wait_for in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            if self.poll() is not None:
+                break
+            os.killpg(self.process.pid, signum)
+            self.wait(wait_for)
+        if self.usage is None:
+            raise ContenderFailed(f"process {self.process.pid} survived SIGKILL")
+        return self.usage
+
+
+class OutputTailer(threading.Thread):
+    """Reads an output topic from the beginning under ``read_committed`` and counts what becomes visible.
+
+    ``target_reached_at`` is the wall-clock time the count first reached ``target``. With ``id_of`` it
+    also decodes each value's id and records when each id arrived (latency probes).
+    """
+
+    def __init__(self, bootstrap: str, topic: str, target: int = 0,
+                 id_of: Callable[[bytes], int] | None = None) -> None:
+        super().__init__(name=f"tail-{topic}", daemon=True)
+        self.count = 0
+        self.target = target
+        self.target_reached_at: float | None = None
+        self.arrivals: dict[int, float] = {}
+        self._id_of = id_of
+        self._halt = threading.Event()
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"{topic}-tailer", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
+        })
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(bootstrap, topic)])
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                messages = self._consumer.consume(num_messages=10_000, timeout=0.05)
+                arrived = time.time()
+                for message in messages:
+                    if message.error() is None:
+                        self.count += 1
+                        if self._id_of is not None:
+                            self.arrivals.setdefault(self._id_of(message.value()), arrived)
+                if self.target_reached_at is None and self.target and self.count >= self.target:
+                    self.target_reached_at = arrived
+        finally:
+            self._consumer.close()
+
+    def halt(self) -> None:
+        self._halt.set()
+        self.join(10.0)
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    output_count: int
+    problem: str = ""
+
+
+def read_committed_ids(bootstrap: str, topic: str, id_of: Callable[[bytes], int]) -> list[int]:
+    """Every id a ``read_committed`` reader sees in ``topic``, up to the last stable offsets."""
+    ends = end_offsets(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-verify",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    partitions = [TopicPartition(topic, p) for p, end in ends.items() if end > 0]
+    consumer.assign([TopicPartition(topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
+    ids: list[int] = []
+    try:
+        while partitions and any(tp.offset < ends[tp.partition] for tp in consumer.position(partitions)):
+            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                if message.error() is None:
+                    ids.append(id_of(message.value()))
+    finally:
+        consumer.close()
+    return ids
+
+
+def verify_ids(seen: list[int], expected: set[int] | range) -> Verdict:
+    """Each expected id exactly once and nothing else: a lost or duplicated record fails the run."""
+    counts = Counter(seen)
+    duplicated = sum(1 for n in counts.values() if n > 1)
+    missing = sum(1 for i in expected if i not in counts)
+    unexpected = sum(1 for i in counts if i not in expected)
+    if duplicated or missing or unexpected or len(seen) != len(expected):
+        problem = (f"{len(seen)} records for {len(expected)} expected: {missing} ids missing, "
+                   f"{duplicated} duplicated, {unexpected} unexpected")
+        return Verdict(False, len(seen), problem)
+    return Verdict(True, len(seen))
+
+
+@dataclass
+class ThroughputRun:
+    wall_seconds: float
+    usage: Usage
+
+
+def run_to_completion(contender: Contender, job: JobSpec, timeout: float) -> ThroughputRun:
+    """Start the contender on the backlog and return once all expected output is committed and it stopped.
+
+    A contender that stops on its own (end of input, Quix's ``count``) is given 60 s to exit after its
+    output is complete; then it is stopped with SIGTERM. Fewer outputs than expected by the deadline, or
+    an exit before them, raise ContenderFailed.
+    """
+    tailer = OutputTailer(job.bootstrap, job.output_topic, target=job.expected_outputs)
+    tailer.start()
+    started = time.time()
+    child = ChildProcess(contender.command(job), job.workdir / "contender.log", job.workdir)
+    deadline = time.monotonic() + timeout
+    try:
+        while tailer.target_reached_at is None:
+            if time.monotonic() > deadline:
+                raise ContenderFailed(f"timed out after {timeout:.0f}s with {tailer.count} of "
+                                      f"{job.expected_outputs} outputs committed")
+            if child.poll() is not None and not _more_output_arrives(tailer, job.expected_outputs):
+                raise ContenderFailed(f"exited with code {child.usage.exit_code} after {tailer.count} of "
+                                      f"{job.expected_outputs} outputs; see {job.workdir / 'contender.log'}")
+            time.sleep(0.05)
+        wall = tailer.target_reached_at - started
+        usage = child.wait(60.0) or child.stop(grace=30.0)
+    finally:
+        child.stop(grace=5.0)
+        tailer.halt()
+    return ThroughputRun(wall, usage)
+
+
+def _more_output_arrives(tailer: OutputTailer, expected: int, quiet: float = 5.0) -> bool:
+    """After the process exited: give the tailer ``quiet`` seconds to see the last committed records."""
+    deadline = time.monotonic() + quiet
+    while time.monotonic() < deadline and tailer.count < expected:
+        time.sleep(0.05)
+    return tailer.count >= expected
+
+
+@dataclass
+class Latency:
+    p50_ms: float
+    p99_ms: float
+    samples: int
+
+
+@dataclass
+class LatencyPlan:
+    """Probe records written while the contender runs live; ids far above the backlog's."""
+
+    records: int = 2_000
+    rate: float = 1_000.0
+    warmup_first_id: int = 10**12
+    probe_first_id: int = 2 * 10**12
+    warmup_timeout: float = 90.0
+    probe_ids: range = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.probe_ids = range(self.probe_first_id, self.probe_first_id + self.records)
+
+
+def measure_latency(contender: Contender, job: JobSpec, id_of: Callable[[bytes], int], plan: LatencyPlan,
+                    produce: Callable[[range, float, dict[int, int]], None]) -> Latency:
+    """Run the contender live on ``job``'s fresh topics and time probe records through it.
+
+    ``produce(ids, rate, stamps)`` writes rows with the given ids at ``rate`` rows/s to the job's input
+    topic and fills ``stamps`` with each id's producer timestamp (ms).
+    """
+    tailer = OutputTailer(job.bootstrap, job.output_topic, id_of=id_of)
+    tailer.start()
+    child = ChildProcess(contender.command(job), job.workdir / "contender.log", job.workdir)
+    try:
+        _warm_up(child, tailer, job, plan, produce)
+        stamps: dict[int, int] = {}
+        produce(plan.probe_ids, plan.rate, stamps)
+        deadline = time.monotonic() + 60.0
+        while any(i not in tailer.arrivals for i in plan.probe_ids) and time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise ContenderFailed(f"exited with code {child.usage.exit_code} during the latency probe")
+            time.sleep(0.1)
+        missing = sum(1 for i in plan.probe_ids if i not in tailer.arrivals)
+        if missing:
+            raise ContenderFailed(f"{missing} of {plan.records} latency probe records never became visible")
+    finally:
+        child.stop(grace=30.0)
+        tailer.halt()
+    delays_ms = sorted(tailer.arrivals[i] * 1000 - stamps[i] for i in plan.probe_ids)
+    quantiles = statistics.quantiles(delays_ms, n=100, method="inclusive")
+    return Latency(quantiles[49], quantiles[98], len(delays_ms))
+
+
+def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: LatencyPlan,
+             produce: Callable[[range, float, dict[int, int]], None]) -> None:
+    """Write one warm-up row every half second until one comes out: the contender is then fully running."""
+    deadline = time.monotonic() + plan.warmup_timeout
+    next_id = plan.warmup_first_id
+    while not tailer.arrivals:
+        if time.monotonic() > deadline:
+            raise ContenderFailed(f"no output within {plan.warmup_timeout:.0f}s of starting it live")
+        if child.poll() is not None:
+            raise ContenderFailed(f"exited with code {child.usage.exit_code} while warming up; "
+                                  f"see {job.workdir / 'contender.log'}")
+        produce(range(next_id, next_id + 1), 100.0, {})
+        next_id += 1
+        time.sleep(0.5)

@@ -1,0 +1,294 @@
+"""epochline benchmark: the same Kafka → decode → filter → project → encode → Kafka job, run by epochline
+(exactly-once and at-least-once), Quix Streams (exactly-once), a raw confluent-kafka transactional copy
+loop (the Python ceiling) and kcat (the client-side ceiling), each in its own process.
+
+    python bench/run.py [--records 1000000] [--format json|avro] [--only NAME ...] [--bootstrap HOST:PORT]
+
+Without ``--bootstrap`` a private broker (engine.local_broker.LocalBroker) is started in a temp dir on a
+free port and stopped at the end. Every run's output is verified under ``read_committed`` (each expected
+id exactly once) before its numbers count; the measurement methods are described in bench/measure.py.
+Results: one table on stdout and ``bench/results/<timestamp>-<format>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo's packages (bench, connectors) importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import confluent_kafka
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from bench import contenders as contender_catalogue
+from bench.contenders import Contender, Epochline, JobSpec, RawCopy
+from bench.measure import (
+    ContenderFailed,
+    LatencyPlan,
+    measure_latency,
+    read_committed_ids,
+    run_to_completion,
+    verify_ids,
+)
+from bench.report import (
+    FAILED,
+    NOT_AVAILABLE,
+    OK,
+    Result,
+    machine,
+    print_table,
+    write_json,
+)
+from bench.workload import (
+    FORMATS,
+    INPUT_PRODUCER_CONFIG,
+    INPUT_SCHEMA,
+    OUTPUT_SCHEMA,
+    SQL,
+    Workload,
+    codec,
+    generate_input,
+    produce_paced,
+    write_schema_files,
+)
+from connectors.admin import TopicAdminError, create_topic, partitions_of
+from engine.local_broker import LocalBroker, free_port
+from engine.logs import configure_logging
+
+log = logging.getLogger(__name__)
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+PARTITIONS = 4
+
+
+@contextlib.contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    """The given bootstrap address, or a private local broker that is stopped (by its API) afterwards."""
+    if bootstrap:
+        yield bootstrap
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="epochline-bench-broker-"))
+    local = LocalBroker(data_dir)
+    state = local.start(port=free_port())
+    try:
+        yield state.bootstrap
+    finally:
+        local.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+class Bench:
+    """One benchmark run: one input topic, then each contender against it, then the report."""
+
+    def __init__(self, args: argparse.Namespace, bootstrap: str, workdir: Path) -> None:
+        self.args = args
+        self.bootstrap = bootstrap
+        self.workdir = workdir
+        self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.prefix = f"bench-{self.stamp}-{args.format}"
+        self.input_schema, self.output_schema = write_schema_files(workdir / "schemas")
+        self.topics: list[str] = []
+        self.input_id = codec(args.format, INPUT_SCHEMA).decode
+        self.output_id = codec(args.format, OUTPUT_SCHEMA).decode
+
+    def topic(self, name: str, partitions: int = PARTITIONS) -> str:
+        """Create the topic and wait until its partitions show in metadata (creation is acknowledged first)."""
+        full = f"{self.prefix}-{name}"
+        create_topic(self.bootstrap, full, partitions)
+        self.topics.append(full)
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                if len(partitions_of(self.bootstrap, full)) == partitions:
+                    return full
+            except TopicAdminError:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise TopicAdminError(f"topic {full!r} does not show {partitions} partitions on {self.bootstrap}")
+            time.sleep(0.2)
+
+    def job(self, contender: Contender, phase: str, input_topic: str, expected: int, bounded: bool) -> JobSpec:
+        workdir = self.workdir / contender.name / phase
+        workdir.mkdir(parents=True, exist_ok=True)
+        profile_to = None
+        if self.args.profile and bounded and isinstance(contender, Epochline):
+            profile_to = RESULTS_DIR / f"{self.stamp}-{self.args.format}-{contender.name}-profile.html"
+        return JobSpec(
+            bootstrap=self.bootstrap, input_topic=input_topic,
+            output_topic=self.topic(f"{contender.name}-{phase}-out"),
+            dead_letter_topic=self.topic(f"{contender.name}-{phase}-dlq", partitions=1),
+            format=self.args.format, name=f"{self.prefix}-{contender.name}-{phase}", workdir=workdir,
+            input_schema=self.input_schema, output_schema=self.output_schema,
+            expected_outputs=expected, bounded=bounded, profile_to=profile_to,
+        )
+
+    def id_reader(self, contender: Contender) -> Callable[[bytes], int]:
+        decode = self.output_id if contender.transforms else self.input_id
+        return lambda value: decode(value)["id"]
+
+    def warm_up(self, input_topic: str, workload: Workload) -> None:
+        """Copy the input once, unmeasured, so the first measured contender does not pay for a cold broker
+        (JIT, page cache, transaction coordinator). Its output is not verified; a failure here is reported
+        and the run goes on."""
+        job = self.job(RawCopy(), "warm-up", input_topic, workload.records, bounded=True)
+        try:
+            run_to_completion(RawCopy(), job, self.args.timeout)
+        except ContenderFailed as failure:
+            print(f"  warm-up copy failed (numbers may include broker warm-up): {failure}")
+
+    def run_contender(self, contender: Contender, input_topic: str, workload: Workload) -> Result:
+        reason = contender.unavailable_reason()
+        if reason is not None:
+            return Result(contender.name, NOT_AVAILABLE, contender.note, reason=reason)
+        expected = workload.expected_ids if contender.transforms else workload.all_ids
+        result = Result(contender.name, FAILED, contender.note, expected_count=len(expected))
+        log.info("contender starting", extra={"contender": contender.name})
+        try:
+            job = self.job(contender, "throughput", input_topic, len(expected), bounded=True)
+            run = run_to_completion(contender, job, self.args.timeout)
+            verdict = verify_ids(read_committed_ids(self.bootstrap, job.output_topic, self.id_reader(contender)),
+                                 expected)
+            result.output_count = verdict.output_count
+            result.wall_seconds = run.wall_seconds
+            result.records_per_s = workload.records / run.wall_seconds
+            result.cpu_seconds = run.usage.cpu_seconds
+            result.peak_rss_mb = run.usage.peak_rss_mb
+            if not verdict.ok:
+                raise ContenderFailed(verdict.problem)
+            if contender.runs_live and not self.args.skip_latency:
+                self.measure_latency(contender, result)
+            result.status = OK
+        except (ContenderFailed, KafkaException, TopicAdminError) as failure:
+            result.reason = f"{failure} (logs: {self.workdir / contender.name})"
+        log.info("contender finished", extra={"contender": contender.name, "status": result.status})
+        return result
+
+    def measure_latency(self, contender: Contender, result: Result) -> None:
+        plan = LatencyPlan(records=self.args.latency_records, rate=self.args.latency_rate)
+        live_input = self.topic(f"{contender.name}-latency-in")
+        job = self.job(contender, "latency", live_input, plan.records, bounded=False)
+
+        def produce(ids: range, rate: float, stamps: dict[int, int]) -> None:
+            produce_paced(self.bootstrap, live_input, self.args.format, ids, rate, stamps)
+
+        latency = measure_latency(contender, job, self.id_reader(contender), plan, produce)
+        result.latency_p50_ms, result.latency_p99_ms = latency.p50_ms, latency.p99_ms
+        result.latency_samples = latency.samples
+
+    def delete_topics(self) -> None:
+        if self.topics:
+            futures = AdminClient({"bootstrap.servers": self.bootstrap}).delete_topics(self.topics)
+            for future in futures.values():
+                with contextlib.suppress(Exception):
+                    future.result(30)
+
+    def meta(self, workload: Workload) -> dict[str, object]:
+        return {
+            "timestamp": self.stamp,
+            "command": " ".join(sys.argv),
+            "format": self.args.format,
+            "records": workload.records,
+            "expected_outputs": len(workload.expected_ids),
+            "input_mean_record_bytes": round(workload.mean_record_bytes, 1),
+            "input_produce_seconds": round(workload.produce_seconds, 2),
+            "input_partitions": PARTITIONS,
+            "input_producer_config": INPUT_PRODUCER_CONFIG,
+            "sql": SQL,
+            "latency_probe": {"records": self.args.latency_records, "rate_per_s": self.args.latency_rate},
+            "epochline_profiled": self.args.profile,
+            "broker_warm_up": not self.args.no_warm_up,
+            "machine": machine(),
+            "versions": versions(),
+        }
+
+
+def versions() -> dict[str, str]:
+    found = {"confluent-kafka": confluent_kafka.__version__, "librdkafka": confluent_kafka.libversion()[0]}
+    with contextlib.suppress(ImportError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quixstreams' dependencies warn about their own deprecations
+        import quixstreams
+
+        found["quixstreams"] = quixstreams.__version__
+    if shutil.which("kcat"):
+        banner = subprocess.run(["kcat", "-V"], capture_output=True, text=True, check=False).stdout
+        # "Version 1.7.1 (JSON, Transactions, ..., librdkafka 2.0.2 builtin.features=...)"
+        line = next((text for text in banner.splitlines() if text.startswith("Version")), "")
+        librdkafka = next((part.strip() for part in line.split(",") if part.strip().startswith("librdkafka")), "")
+        found["kcat"] = f"{line.split(' (')[0].removeprefix('Version ')} ({librdkafka.split(' builtin')[0]})"
+    return found
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000, help="input records (default 1M)")
+    parser.add_argument("--format", choices=FORMATS, default="json")
+    parser.add_argument("--only", nargs="+", choices=list(contender_catalogue.BY_NAME), metavar="NAME",
+                        help=f"run only these contenders: {', '.join(contender_catalogue.BY_NAME)}")
+    parser.add_argument("--bootstrap", help="use this broker instead of starting a private one")
+    parser.add_argument("--timeout", type=float, help="seconds per contender run (default 120 + records/1000)")
+    parser.add_argument("--latency-records", type=int, default=2_000, help="probe records per latency run")
+    parser.add_argument("--latency-rate", type=float, default=1_000.0, help="probe records per second")
+    parser.add_argument("--skip-latency", action="store_true", help="measure throughput only")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="skip the unmeasured raw copy of the input that warms the broker up")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the epochline contenders under pyinstrument (HTML next to the results); "
+                             "their numbers then include the profiler's overhead")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    if args.timeout is None:
+        args.timeout = 120 + args.records / 1000
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_level)
+    selected = [contender_catalogue.BY_NAME[name] for name in args.only] if args.only else contender_catalogue.ALL
+    workdir = Path(tempfile.mkdtemp(prefix="epochline-bench-"))
+    with broker(args.bootstrap) as bootstrap:
+        bench = Bench(args, bootstrap, workdir)
+        try:
+            input_topic = bench.topic("input")
+            print(f"writing {args.records:,} {args.format} records to {input_topic} on {bootstrap} ...")
+            workload = generate_input(bootstrap, input_topic, args.records, args.format)
+            print(f"  {workload.produce_seconds:.1f}s, {workload.mean_record_bytes:.0f} bytes/record, "
+                  f"{len(workload.expected_ids):,} pass the filter")
+            if not args.no_warm_up:
+                bench.warm_up(input_topic, workload)
+            results = []
+            for contender in selected:
+                started = time.monotonic()
+                results.append(bench.run_contender(contender, input_topic, workload))
+                print(f"  {contender.name}: {results[-1].status} ({time.monotonic() - started:.0f}s)")
+            meta = bench.meta(workload)
+        finally:
+            if args.bootstrap:
+                bench.delete_topics()
+    print_table(results, f"epochline bench: {args.records:,} {args.format} records, {PARTITIONS} partitions")
+    output = RESULTS_DIR / f"{bench.stamp}-{args.format}.json"
+    write_json(output, meta, results)
+    print(f"results: {output}")
+    failed = [r for r in results if r.status == FAILED]
+    if failed:
+        print(f"contender logs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,416 @@
+"""The Kafka source: one topic's partitions read into Arrow record batches, with an exact, committable cut.
+
+Guarantees and what they rest on:
+
+- **Only committed records.** The consumer runs with ``isolation.level=read_committed``, so records of
+  aborted (or still open) transactions never reach a batch.
+- **The cut is exact.** ``position()`` is, per partition, the offset after the last record *handed out* by
+  ``poll_batch`` (records buffered but not yet handed out are not in it), or the end-of-partition offset the
+  consumer reports when it has read a partition to its end. Transaction markers occupy offsets, so the end
+  is never computed as "last offset + 1": a partition ending in markers is only seen as fully read through
+  the consumer's EOF event (``enable.partition.eof``). Restoring a cut therefore neither re-reads nor skips.
+- **No group management.** All partitions are assigned explicitly (no ``subscribe``, no rebalances); the
+  group id is only the name offsets are committed under. Offsets are never committed by the consumer
+  itself (``enable.auto.commit`` / ``enable.auto.offset.store`` off): the sink commits the cut inside its
+  transaction (``send_offsets_to_transaction``) with the checkpoint id as offset metadata.
+- **Nothing silently dropped.** A record that does not decode becomes a ``DeadLetter`` with its original
+  bytes (or ``PoisonRecord`` is raised with ``on_error="halt"``); its offset still counts as read.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Literal, Self
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from connectors.checkpoint import SourceCheckpoint
+from connectors.dead_letter import DeadLetter, PoisonRecord
+from connectors.watermarks import WatermarkTracker, max_event_time_per_partition
+from schemas import FormatSpec, make_format
+from schemas.base import Decoded, SchemaError
+
+log = logging.getLogger(__name__)
+
+METADATA_COLUMNS = ("__kafka_partition", "__kafka_offset", "__kafka_timestamp", "__kafka_key")
+METADATA_FIELDS = (
+    pa.field("__kafka_partition", pa.int32(), nullable=False),
+    pa.field("__kafka_offset", pa.int64(), nullable=False),
+    pa.field("__kafka_timestamp", pa.timestamp("ms", tz="UTC")),
+    pa.field("__kafka_key", pa.binary()),
+)
+
+# Settings the exactly-once protocol depends on; consumer_config may repeat them but not change them.
+REQUIRED_CONSUMER_CONFIG = {
+    "isolation.level": "read_committed",
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true",
+}
+
+UNAVAILABLE_ERRORS = frozenset({
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+})
+
+
+class SourceError(RuntimeError):
+    """The source cannot go on; the message names the source, topic and what went wrong."""
+
+
+class SourceUnavailable(SourceError):
+    """The broker cannot be reached or the topic does not exist (within the source's timeout)."""
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    name: str
+    topic: str
+    format: FormatSpec
+    max_batch_records: int = 10_000
+    max_batch_bytes: int = 8 << 20
+    start_from: Literal["earliest", "latest"] = "earliest"
+    event_time_column: str | None = None
+    allowed_lateness_ms: int = 0
+    idle_timeout_ms: int = 30_000
+    on_error: Literal["dead-letter", "halt"] = "dead-letter"
+    consumer_config: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bounds = {"max_batch_records": (self.max_batch_records, 1), "max_batch_bytes": (self.max_batch_bytes, 1),
+                  "allowed_lateness_ms": (self.allowed_lateness_ms, 0), "idle_timeout_ms": (self.idle_timeout_ms, 1)}
+        for name, (value, minimum) in bounds.items():
+            if value < minimum:
+                raise ValueError(f"source {self.name!r}: {name} must be at least {minimum}, got {value}")
+        if self.start_from not in ("earliest", "latest"):
+            raise ValueError(f"source {self.name!r}: start_from must be 'earliest' or 'latest', "
+                             f"got {self.start_from!r}")
+        if self.on_error not in ("dead-letter", "halt"):
+            raise ValueError(f"source {self.name!r}: on_error must be 'dead-letter' or 'halt', got {self.on_error!r}")
+
+
+@dataclass
+class SourceBatch:
+    """Decoded rows (value columns + ``METADATA_COLUMNS``) and the records of the same poll that failed."""
+
+    source: str
+    batch: pa.RecordBatch
+    dead_letters: list[DeadLetter]
+
+
+class KafkaSource:
+    """Reads every partition of ``settings.topic``; see the module docstring for the guarantees.
+
+    ``timeout`` bounds every blocking call to the broker (metadata, offset look-ups, committed offsets).
+    ``watermarks`` advances through ``observe_event_times``, which the engine calls after it has judged
+    a batch's rows late against the watermark from before that batch.
+    """
+
+    def __init__(self, settings: SourceSettings, bootstrap: str, group_id: str, *, timeout: float = 10.0) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.timeout = timeout
+        self.format = make_format(settings.format)
+        self.watermarks = WatermarkTracker(settings.allowed_lateness_ms, settings.idle_timeout_ms)
+        self._consumer = Consumer(self._consumer_config())
+        self._partitions: list[int] | None = None
+        self._positions: dict[int, int] = {}
+        self._pending: list[Message] = []
+        self._paused = False
+        self._closed = False
+
+    def _consumer_config(self) -> dict[str, object]:
+        user = {key: str(value) for key, value in self.settings.consumer_config.items()}
+        for key, required in REQUIRED_CONSUMER_CONFIG.items():
+            if user.get(key, required).lower() != required:
+                raise SourceError(f"source {self.name!r}: consumer_config {key}={user[key]!r} breaks "
+                                  f"exactly-once reading; it must be {required!r}")
+        return {
+            "auto.offset.reset": self.settings.start_from,
+            **user,
+            **REQUIRED_CONSUMER_CONFIG,
+            "bootstrap.servers": self.bootstrap,
+            "group.id": self.group_id,
+            "logger": log,
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def open(self, start_at: SourceCheckpoint | None = None) -> None:
+        """Assign all partitions of the topic, at ``start_at`` (partitions it lacks, and every partition when
+        it is None, start at ``settings.start_from``, resolved to a concrete offset now)."""
+        partitions = self.partitions()
+        self.watermarks.assign(partitions)
+        self._assign(start_at)
+        log.info("source opened", extra={"source": self.name, "topic": self.settings.topic,
+                                         "offsets": dict(self._positions)})
+
+    def restore(self, checkpoint: SourceCheckpoint) -> None:
+        """Continue exactly at ``checkpoint``: buffered and prefetched records are dropped."""
+        self._assign(checkpoint)
+        log.info("source restored", extra={"source": self.name, "topic": self.settings.topic,
+                                           "offsets": dict(self._positions)})
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def partitions(self) -> list[int]:
+        """The topic's partitions (described once); ``SourceUnavailable`` when broker or topic is missing."""
+        if self._partitions is None:
+            self._partitions = self._describe_topic()
+        return self._partitions
+
+    def _describe_topic(self) -> list[int]:
+        topic = self.settings.topic
+        try:
+            metadata = self._consumer.list_topics(topic, timeout=self.timeout)
+        except KafkaException as error:
+            raise SourceUnavailable(f"source {self.name!r}: Kafka at {self.bootstrap} did not answer within "
+                                    f"{self.timeout}s while describing topic {topic!r}: {error}") from error
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            reason = described.error if described is not None else "not in metadata"
+            raise SourceUnavailable(f"source {self.name!r}: topic {topic!r} is not available on "
+                                    f"{self.bootstrap}: {reason}")
+        return sorted(described.partitions)
+
+    def _assign(self, checkpoint: SourceCheckpoint | None) -> None:
+        offsets = self._checked_offsets(checkpoint) if checkpoint is not None else {}
+        start = {p: offsets[p] if p in offsets else self._start_offset(p) for p in self.partitions()}
+        topic = self.settings.topic
+        self._consumer.unassign()
+        self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
+        if self._paused:
+            self._consumer.pause(self._consumer.assignment())
+        self._positions = start
+        self._pending = []
+
+    def _checked_offsets(self, checkpoint: SourceCheckpoint) -> Mapping[int, int]:
+        if checkpoint.source != self.name or checkpoint.topic != self.settings.topic:
+            raise SourceError(f"source {self.name!r} on topic {self.settings.topic!r} cannot start at a "
+                              f"checkpoint of source {checkpoint.source!r} on topic {checkpoint.topic!r}")
+        unknown = set(checkpoint.offsets) - set(self.partitions())
+        if unknown:
+            raise SourceError(f"source {self.name!r}: checkpoint names partitions {sorted(unknown)} that topic "
+                              f"{self.settings.topic!r} does not have (it has {self.partitions()})")
+        return checkpoint.offsets
+
+    def _start_offset(self, partition: int) -> int:
+        """``start_from`` as a concrete offset: the log start, or the last stable offset (read_committed)."""
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.settings.topic, partition), timeout=self.timeout)
+        except KafkaException as error:
+            raise SourceUnavailable(f"source {self.name!r}: offsets of topic {self.settings.topic!r} partition "
+                                    f"{partition} unavailable on {self.bootstrap}: {error}") from error
+        return low if self.settings.start_from == "earliest" else high
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    def poll_batch(self, timeout: float) -> SourceBatch | None:
+        """Hand out the next records (at most ``max_batch_records`` / about ``max_batch_bytes`` of values,
+        at least one record), or None when none arrived within ``timeout``. Returns as soon as records are
+        there: it waits for the first one only, then takes whatever the consumer has already fetched.
+
+        Raises ``PoisonRecord`` (nothing handed out, position unchanged) when a record fails to decode and
+        ``on_error == "halt"``.
+        """
+        if not self._pending:
+            self._pending = self._fetch(timeout)
+        take = self._records_that_fit(self._pending)
+        taken = self._pending[:take]
+        events = [m for m in taken if m.error() is not None]
+        ends = self._ends_reached(events)
+        records = [m for m in taken if m.error() is None] if events else taken
+        columns = _RecordColumns.of(records)
+        source_batch = self._to_source_batch(columns) if records else None
+        self._pending = self._pending[take:]
+        self._advance(columns, ends)
+        return source_batch
+
+    def _fetch(self, timeout: float) -> list[Message]:
+        """``consume(n, timeout)`` waits out its whole timeout unless n messages arrive, so wait for one
+        message with ``poll`` and add what is already fetched with a non-blocking ``consume``."""
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return []
+        if self.settings.max_batch_records == 1:
+            return [first]
+        return [first, *self._consumer.consume(self.settings.max_batch_records - 1, 0)]
+
+    def _records_that_fit(self, messages: list[Message]) -> int:
+        value_bytes = list(accumulate(map(len, messages)))
+        return max(1, bisect_right(value_bytes, self.settings.max_batch_bytes))
+
+    def _ends_reached(self, events: list[Message]) -> dict[int, int]:
+        """End-of-partition offsets from the EOF events; any other error is raised or logged."""
+        ends: dict[int, int] = {}
+        for event in events:
+            error: KafkaError = event.error()
+            if error.code() == KafkaError._PARTITION_EOF:
+                ends[event.partition()] = event.offset()
+            elif error.fatal() or error.code() in UNAVAILABLE_ERRORS:
+                raise SourceUnavailable(f"source {self.name!r}: topic {event.topic()!r} partition "
+                                        f"{event.partition()} on {self.bootstrap}: {error.str()}")
+            else:
+                log.warning("consumer error", extra={"source": self.name, "topic": event.topic(),
+                                                     "partition": event.partition(), "error": error.str()})
+        return ends
+
+    def _advance(self, columns: _RecordColumns, ends: Mapping[int, int]) -> None:
+        last_handed_out = dict(zip(columns.partitions, columns.offsets))
+        for partition, offset in (*((p, o + 1) for p, o in last_handed_out.items()), *ends.items()):
+            if offset > self._positions.get(partition, -1):
+                self._positions[partition] = offset
+
+    def _to_source_batch(self, columns: _RecordColumns) -> SourceBatch:
+        topic = self.settings.topic
+        decoded = self.format.decode(columns.values)
+        dead_letters = [DeadLetter(topic, columns.partitions[f.index], columns.offsets[f.index],
+                                   columns.keys[f.index], columns.values[f.index], f.reason, "decode")
+                        for f in decoded.failures]
+        if dead_letters:
+            if self.settings.on_error == "halt":
+                raise PoisonRecord(dead_letters[0])
+            log.warning("records dead-lettered", extra={"source": self.name, "topic": topic,
+                                                        "count": len(dead_letters),
+                                                        "first": dead_letters[0].describe()})
+        return SourceBatch(self.name, self._with_metadata(decoded, columns), dead_letters)
+
+    def observe_event_times(self, batch: pa.RecordBatch) -> None:
+        """Advance the watermark with a batch's event times. Not done inside ``poll_batch``: the engine
+        first judges the batch's rows late against the watermark from *before* it, then observes them."""
+        if batch.num_rows:
+            for partition, event_time in max_event_time_per_partition(batch, self.settings.event_time_column).items():
+                self.watermarks.observe(partition, event_time)
+
+    def _with_metadata(self, decoded: Decoded, columns: _RecordColumns) -> pa.RecordBatch:
+        clash = set(decoded.batch.schema.names) & set(METADATA_COLUMNS)
+        if clash:
+            raise SchemaError(f"source {self.name!r}: topic {self.settings.topic!r} values have columns "
+                              f"{sorted(clash)} that collide with the Kafka metadata columns")
+        arrays = columns.metadata_arrays()
+        if len(decoded.indices) != len(columns.values):
+            rows = pa.array(decoded.indices, type=pa.int64())
+            arrays = [array.take(rows) for array in arrays]
+        schema = pa.schema([*decoded.batch.schema, *METADATA_FIELDS], metadata=decoded.batch.schema.metadata)
+        return pa.RecordBatch.from_arrays([*decoded.batch.columns, *arrays], schema=schema)
+
+    # -- cuts and committed offsets -----------------------------------------------------------------------
+
+    def position(self) -> SourceCheckpoint:
+        """The cut: per partition, the next offset after the last record handed out (or the partition end)."""
+        return SourceCheckpoint(self.name, self.settings.topic, dict(self._positions))
+
+    def inject_barrier(self, checkpoint_id: int) -> SourceCheckpoint:
+        """The cut of epoch ``checkpoint_id``. Only handed-out records are in it, so every record a later
+        ``poll_batch`` returns belongs to the next epoch."""
+        cut = self.position()
+        log.info("barrier", extra={"source": self.name, "checkpoint_id": checkpoint_id,
+                                   "offsets": dict(cut.offsets)})
+        return cut
+
+    def reached(self, ends: Mapping[int, int]) -> bool:
+        """True when every partition in ``ends`` is read up to its end offset. Positions move past trailing
+        transaction markers through EOF events, so keep polling until this holds: it does not hang."""
+        return all(self._positions.get(partition, -1) >= end for partition, end in ends.items())
+
+    def committed(self) -> tuple[SourceCheckpoint | None, str | None]:
+        """The group's committed offsets for this topic and their metadata (the checkpoint id the sink wrote),
+        or ``(None, None)`` when the group committed nothing for it."""
+        asked = [TopicPartition(self.settings.topic, p) for p in self.partitions()]
+        try:
+            answered = self._consumer.committed(asked, timeout=self.timeout)
+        except KafkaException as error:
+            raise SourceUnavailable(f"source {self.name!r}: committed offsets of group {self.group_id!r} on "
+                                    f"topic {self.settings.topic!r} unavailable on {self.bootstrap}: {error}"
+                                    ) from error
+        found = [tp for tp in answered if tp.offset >= 0]
+        if not found:
+            return None, None
+        metadata = [tp.metadata for tp in found]
+        if len(set(metadata)) > 1:
+            log.warning("committed offsets carry different metadata", extra={
+                "source": self.name, "topic": self.settings.topic,
+                "metadata": {tp.partition: tp.metadata for tp in found}})
+        checkpoint = SourceCheckpoint(self.name, self.settings.topic, {tp.partition: tp.offset for tp in found})
+        return checkpoint, metadata[0]
+
+    def consumer_group_metadata(self) -> object:
+        """The consumer's group metadata, for ``Producer.send_offsets_to_transaction``."""
+        return self._consumer.consumer_group_metadata()
+
+    # -- flow control and metrics --------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop fetching (backpressure); records already handed out stay handed out."""
+        self._paused = True
+        self._consumer.pause(self._consumer.assignment())
+
+    def resume(self) -> None:
+        self._paused = False
+        self._consumer.resume(self._consumer.assignment())
+
+    def lag(self) -> dict[int, int]:
+        """Per partition, records between the position and the high watermark last reported by the broker
+        (no request is made; partitions without a reported high watermark yet are left out)."""
+        lags = {}
+        for partition, position in self._positions.items():
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.settings.topic, partition), cached=True)
+            if high >= 0:
+                lags[partition] = max(0, high - position)
+        return lags
+
+
+@dataclass
+class _RecordColumns:
+    """The handed-out records' fields as plain lists: the only per-record Python work the source does."""
+
+    values: list[bytes | None]
+    keys: list[bytes | None]
+    partitions: list[int]
+    offsets: list[int]
+    timestamps: list[int]
+
+    @classmethod
+    def of(cls, records: list[Message]) -> _RecordColumns:
+        return cls(values=[m.value() for m in records], keys=[m.key() for m in records],
+                   partitions=[m.partition() for m in records], offsets=[m.offset() for m in records],
+                   timestamps=[m.timestamp()[1] for m in records])
+
+    def metadata_arrays(self) -> list[pa.Array]:
+        """``METADATA_COLUMNS`` as Arrow arrays, in that order."""
+        partition, offset, timestamp, key = (f.type for f in METADATA_FIELDS)
+        return [pa.array(self.partitions, partition), pa.array(self.offsets, offset),
+                _null_where_negative(pa.array(self.timestamps, timestamp)), pa.array(self.keys, key)]
+
+
+def _null_where_negative(timestamps: pa.Array) -> pa.Array:
+    """Kafka reports a missing record timestamp as -1; make it null rather than 1969-12-31T23:59:59.999."""
+    as_int = timestamps.cast(pa.int64())
+    if not pc.any(pc.less(as_int, 0)).as_py():
+        return timestamps
+    return pc.if_else(pc.less(as_int, 0), pa.scalar(None, timestamps.type), timestamps)

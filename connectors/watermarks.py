@@ -1,0 +1,118 @@
+"""Event-time watermarks per source: how far event time has surely progressed, and which rows came too late.
+
+The watermark is the minimum over the *active* partitions of the largest event time seen on each, minus the
+allowed lateness. A partition that delivered nothing for ``idle_timeout_ms`` stops holding it back (so one
+quiet partition cannot stall every window); when every partition is idle the watermark follows the largest
+event time seen anywhere. Assigned partitions that have not delivered anything yet hold it back until they
+turn idle. The watermark never goes backwards, also not when an idle partition wakes up with old events:
+such rows are late.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+KAFKA_TIMESTAMP_COLUMN = "__kafka_timestamp"
+PARTITION_COLUMN = "__kafka_partition"
+
+
+class EventTimeError(ValueError):
+    """The configured event-time column is missing or not a timestamp / integer-milliseconds column."""
+
+
+class WatermarkTracker:
+    def __init__(self, allowed_lateness_ms: int, idle_timeout_ms: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.allowed_lateness_ms = allowed_lateness_ms
+        self.idle_timeout_s = idle_timeout_ms / 1000.0
+        self._clock = clock
+        self._max_event_time: dict[int, int] = {}
+        self._last_seen: dict[int, float] = {}
+        self._emitted: int | None = None
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Partitions that hold the watermark back until they deliver events or turn idle."""
+        now = self._clock()
+        for partition in partitions:
+            self._last_seen.setdefault(partition, now)
+
+    def observe(self, partition: int, max_event_time_ms: int) -> None:
+        now = self._clock()
+        self._last_seen[partition] = now
+        previous = self._max_event_time.get(partition)
+        if previous is None or max_event_time_ms > previous:
+            self._max_event_time[partition] = max_event_time_ms
+
+    def current(self) -> int | None:
+        """The watermark in epoch milliseconds, or None while no partition allows one yet."""
+        candidate = self._candidate(self._clock())
+        if candidate is not None and (self._emitted is None or candidate > self._emitted):
+            self._emitted = candidate
+        return self._emitted
+
+    def _candidate(self, now: float) -> int | None:
+        active = [p for p, seen in self._last_seen.items() if now - seen < self.idle_timeout_s]
+        if active:
+            if any(p not in self._max_event_time for p in active):
+                return None
+            return min(self._max_event_time[p] for p in active) - self.allowed_lateness_ms
+        if self._max_event_time:
+            return max(self._max_event_time.values()) - self.allowed_lateness_ms
+        return None
+
+    def snapshot(self) -> bytes:
+        return orjson.dumps({"max_event_time": {str(p): t for p, t in self._max_event_time.items()},
+                             "emitted": self._emitted})
+
+    def restore(self, data: bytes) -> None:
+        """Take over a snapshot's per-partition maxima and emitted watermark; restored partitions count as
+        just seen (idleness is wall-clock time of this process, not part of the snapshot)."""
+        decoded = orjson.loads(data)
+        now = self._clock()
+        self._max_event_time = {int(p): t for p, t in decoded["max_event_time"].items()}
+        for partition in self._max_event_time:
+            self._last_seen[partition] = now
+        self._emitted = decoded["emitted"]
+
+
+def event_times_ms(batch: pa.RecordBatch, column: str | None) -> pa.Array:
+    """Event time of every row as int64 epoch milliseconds: from ``column`` (a timestamp of any unit, or an
+    integer already in milliseconds) or, when ``column`` is None, from the Kafka record timestamp."""
+    name = column or KAFKA_TIMESTAMP_COLUMN
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        raise EventTimeError(f"event-time column {name!r} is not in the batch (columns: {batch.schema.names})")
+    values = batch.column(index)
+    if pa.types.is_timestamp(values.type):
+        in_ms = values.cast(pa.timestamp("ms", tz=values.type.tz), safe=False)
+        return in_ms.cast(pa.int64())
+    if pa.types.is_integer(values.type):
+        return values.cast(pa.int64())
+    raise EventTimeError(f"event-time column {name!r} has type {values.type}; expected a timestamp "
+                         "or integer milliseconds")
+
+
+def max_event_time_per_partition(batch: pa.RecordBatch, column: str | None) -> dict[int, int]:
+    """Per ``__kafka_partition``, the largest event time in ``batch`` (rows without an event time ignored)."""
+    table = pa.table({PARTITION_COLUMN: batch.column(PARTITION_COLUMN), "t": event_times_ms(batch, column)})
+    maxima = table.group_by(PARTITION_COLUMN).aggregate([("t", "max")])
+    return {p: t for p, t in zip(maxima[PARTITION_COLUMN].to_pylist(), maxima["t_max"].to_pylist())
+            if t is not None}
+
+
+def filter_late_rows(batch: pa.RecordBatch, watermark: int | None,
+                     column: str | None) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """Split ``batch`` into (on time, late): a row is late when its event time is below ``watermark``.
+
+    Rows without an event time are on time (they cannot be judged), so every row lands in exactly one part.
+    Compare against the watermark from *before* this batch was observed.
+    """
+    if watermark is None:
+        return batch, batch.slice(0, 0)
+    late = pc.fill_null(pc.less(event_times_ms(batch, column), watermark), False)
+    return batch.filter(pc.invert(late)), batch.filter(late)

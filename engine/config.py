@@ -1,0 +1,217 @@
+"""The per-topic connector config (YAML), validated with pydantic before anything touches Kafka.
+
+Why strict: a typo in a connector config (``chekpoint:``) silently falling back to a default is how
+exactly-once jobs end up at-least-once. Unknown keys are errors that name the key and where it is.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from schemas import FormatSpec
+
+
+class ConfigError(ValueError):
+    """A connector config is unreadable or invalid; the message names the file and the key."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
+
+
+def duration_ms(value: Any) -> int:
+    """``"1s"``, ``"500ms"``, ``"2m"``, ``"1h"``; a bare number means seconds (as in the YAML examples)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        return int(value * 1000)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 1s, 2m, 1h)")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+DurationMs = Annotated[int, BeforeValidator(duration_ms)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FormatConfig(_Strict):
+    format: Literal["json", "avro", "avro-confluent", "raw"] = "json"
+    schema_path: Path | None = Field(default=None, alias="schema")
+    registry_url: str | None = None
+    schema_dir: Path | None = None
+    schema_id: int | None = None
+
+    def format_spec(self, base: Path) -> FormatSpec:
+        """Paths in a config are relative to the config file, so a config works from any directory."""
+        return FormatSpec(
+            format=self.format,
+            schema=_resolve(base, self.schema_path),
+            registry_url=self.registry_url,
+            schema_dir=_resolve(base, self.schema_dir),
+            schema_id=self.schema_id,
+        )
+
+
+def _resolve(base: Path, path: Path | None) -> Path | None:
+    return None if path is None else (path if path.is_absolute() else base / path)
+
+
+class EventTimeConfig(_Strict):
+    column: str | None = None  # None: the Kafka record timestamp
+    allowed_lateness: DurationMs = 0
+    idle_timeout: DurationMs = 30_000
+
+
+class SourceConfig(FormatConfig):
+    topic: str
+    start_from: Literal["earliest", "latest"] = "earliest"
+    event_time: EventTimeConfig = EventTimeConfig()
+    max_batch_records: int = Field(default=10_000, gt=0)
+    max_batch_bytes: int = Field(default=8 << 20, gt=0)
+    on_error: Literal["dead-letter", "halt"] = "dead-letter"
+    consumer: dict[str, str] = {}
+
+
+class WindowConfig(_Strict):
+    kind: Literal["tumbling", "hopping"] = "tumbling"
+    size: DurationMs
+    slide: DurationMs | None = None
+    key: list[str]
+    time_column: str | None = None
+    aggregates: dict[str, str]
+
+
+class StepConfig(_Strict):
+    """One transform step: exactly one of ``sql``, ``python`` (module:function) or ``window``."""
+
+    sql: str | None = None
+    python: str | None = None
+    window: WindowConfig | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StepConfig:
+        given = [name for name in ("sql", "python", "window") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a transform step needs exactly one of sql, python, window (got {given or 'none'})")
+        return self
+
+
+class SinkConfig(FormatConfig):
+    topic: str
+    delivery: Literal["exactly-once", "at-least-once"] = "exactly-once"
+    key: str | None = None  # a column whose value becomes the record key
+    include_metadata: list[str] = []  # __kafka_* columns to keep in the output
+    transaction_timeout: DurationMs = 60_000
+    producer: dict[str, str] = {}
+
+
+class DeadLetterConfig(_Strict):
+    topic: str
+
+
+class CheckpointConfig(_Strict):
+    interval: DurationMs = 1_000
+    dir: Path | None = None  # default: ./state/<name>
+    timeout: DurationMs = 30_000
+    keep: int = Field(default=3, ge=1)
+
+
+class ConnectorConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    source: SourceConfig
+    transform: list[StepConfig] = []
+    sink: SinkConfig
+    dead_letter: DeadLetterConfig | None = None
+    late_rows: Literal["drop", "dead-letter"] = "dead-letter"
+    on_transform_error: Literal["halt", "dead-letter"] = "halt"
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    metrics_port: int | None = None
+    _base_dir: Path = PrivateAttr(default=Path("."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transform_may_be_one_step(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("transform"), dict):
+            data = {**data, "transform": [data["transform"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _nothing_is_lost(self) -> ConnectorConfig:
+        """Bad records must land somewhere: a dead-letter topic, or a halt."""
+        needs_topic = [
+            reason for reason, wanted in (
+                ("source.on_error: dead-letter", self.source.on_error == "dead-letter"),
+                ("late_rows: dead-letter", self.late_rows == "dead-letter"),
+                ("on_transform_error: dead-letter", self.on_transform_error == "dead-letter"),
+            ) if wanted
+        ]
+        if needs_topic and self.dead_letter is None:
+            raise ValueError(
+                f"dead_letter.topic is required by {', '.join(needs_topic)} "
+                "(or set those to halt/drop so no bad record is lost silently)"
+            )
+        if self.sink.transaction_timeout < self.checkpoint.interval + self.checkpoint.timeout:
+            raise ValueError(
+                f"sink.transaction_timeout ({self.sink.transaction_timeout} ms) must exceed checkpoint.interval "
+                f"plus checkpoint.timeout ({self.checkpoint.interval + self.checkpoint.timeout} ms): a transaction "
+                "open for one epoch would otherwise be aborted by the broker before it commits"
+            )
+        if self.sink.transaction_timeout > 900_000:
+            raise ValueError("sink.transaction_timeout exceeds the broker default transaction.max.timeout.ms (15m)")
+        return self
+
+    @property
+    def state_dir(self) -> Path:
+        directory = self.checkpoint.dir or Path("state") / self.name
+        return directory if directory.is_absolute() else self._base_dir / directory
+
+    @property
+    def base_dir(self) -> Path:
+        """The config file's directory: relative paths in the config are resolved against it."""
+        return self._base_dir
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group whose committed offsets (with checkpoint ids) are the pipeline's progress."""
+        return f"epochline-{self.name}"
+
+    @property
+    def transactional_id(self) -> str:
+        """Stable per connector, so a restarted instance fences its predecessor at init_transactions."""
+        return f"epochline-{self.name}-0"
+
+
+def _describe(error: ValidationError, path: Path | str) -> str:
+    lines = [f"invalid connector config {path}:"]
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        message = "unknown key" if problem["type"] == "extra_forbidden" else problem["msg"]
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def load_config(path: Path | str) -> ConnectorConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"cannot read connector config {path}: {error.strerror}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"connector config {path} is not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"connector config {path} must be a mapping of keys, not {type(raw).__name__}")
+    try:
+        config = ConnectorConfig.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(_describe(error, path)) from None
+    config._base_dir = path.parent.absolute()
+    return config

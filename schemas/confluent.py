@@ -1,0 +1,211 @@
+"""Confluent wire format: magic byte 0, a 4-byte big-endian schema id, then a schemaless Avro body.
+
+Writer schemas are looked up by id, either in a Schema Registry (``confluent_kafka.schema_registry``) or in
+a directory of ``<id>.avsc`` files, and cached per id. Every decoded batch has ONE Arrow schema, that of
+the *reader* schema: the spec's schema file if given, else the schema of the spec's ``schema_id``, else the
+schema of the first id seen (so ``arrow_schema`` is None until the first decode). Records written with
+other ids are read through Avro schema resolution (fastavro) into the reader schema; an id whose schema
+cannot be resolved into it fails those records, not the batch.
+
+An unknown id is a DecodeFailure naming the id; a registry that cannot be reached (or a schema file that
+cannot be parsed) raises ``SchemaError``: that is an outage or a configuration error, not a bad record,
+and must not send every record to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import fastavro
+import pyarrow as pa
+
+from schemas.arrow_batches import empty_batch
+from schemas.avro_arrow import AvroSchema, load_avro_schema, parse_avro_schema, physical_avro_schema
+from schemas.avro_format import AvroCodec, ParsedSchema, body_failure
+from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, SchemaError
+
+log = logging.getLogger(__name__)
+
+MAGIC_BYTE = 0
+HEADER_SIZE = 5
+_HTTP_NOT_FOUND = 404
+
+
+class UnknownSchemaId(LookupError):
+    """The schema source has no schema under this id."""
+
+
+class SchemaSource(Protocol):
+    """Where writer schemas come from, by id."""
+
+    description: str
+
+    def fetch(self, schema_id: int) -> AvroSchema:
+        """The Avro schema registered under ``schema_id``; ``UnknownSchemaId`` if there is none."""
+
+
+class RegistrySchemaSource:
+    """Schemas from a Confluent Schema Registry (``GET /schemas/ids/{id}``) via confluent-kafka's client."""
+
+    def __init__(self, url: str) -> None:
+        # Imported here: the registry client pulls in an HTTP stack that formats without a registry never need.
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self.description = f"schema registry {url}"
+        self._client = SchemaRegistryClient({"url": url})
+
+    def fetch(self, schema_id: int) -> AvroSchema:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            registered = self._client.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == _HTTP_NOT_FOUND:
+                raise UnknownSchemaId(schema_id) from exc
+            raise SchemaError(f"{self.description} failed to return schema id {schema_id}: {exc}") from exc
+        except Exception as exc:  # the client reports transport failures (refused, timeout) as assorted types
+            raise SchemaError(f"{self.description} is unreachable for schema id {schema_id}: {exc}") from exc
+        if registered.schema_type not in (None, "AVRO"):
+            raise SchemaError(f"{self.description}: schema id {schema_id} is {registered.schema_type}, not AVRO")
+        where = f"{self.description} id {schema_id}"
+        try:
+            return parse_avro_schema(json.loads(registered.schema_str), where=where)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"{where} is not valid JSON: {exc}") from exc
+
+
+class DirectorySchemaSource:
+    """Schemas from local files ``<directory>/<id>.avsc``."""
+
+    def __init__(self, directory: Path) -> None:
+        if not Path(directory).is_dir():
+            raise SchemaError(f"avro-confluent schema_dir {directory} is not a directory")
+        self.directory = Path(directory)
+        self.description = f"schema directory {directory}"
+
+    def fetch(self, schema_id: int) -> AvroSchema:
+        path = self.directory / f"{schema_id}.avsc"
+        if not path.is_file():
+            raise UnknownSchemaId(schema_id)
+        return load_avro_schema(path)
+
+
+@dataclass(frozen=True)
+class _Writer:
+    """How records of one schema id are read: ``parsed`` is None when the writer IS the reader schema."""
+
+    parsed: ParsedSchema | None
+
+
+class ConfluentAvroFormat:
+    """Avro in the Confluent wire format, decoded into one reader schema (see module doc)."""
+
+    name = "avro-confluent"
+
+    def __init__(self, source: SchemaSource, *, reader: AvroCodec | None = None,
+                 schema_id: int | None = None) -> None:
+        self._source = source
+        self._schemas: dict[int, AvroSchema] = {}
+        self._writers: dict[int, _Writer] = {}
+        self._encoder: tuple[bytes, AvroCodec] | None = None
+        if schema_id is not None:
+            try:
+                codec = AvroCodec(self._schema(schema_id), source=f"{source.description} id {schema_id}")
+            except UnknownSchemaId:
+                raise SchemaError(f"avro-confluent schema_id {schema_id} is not in {source.description}") from None
+            self._encoder = (bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big"), codec)
+            if reader is None:
+                reader = codec
+        self._reader = reader
+
+    @property
+    def arrow_schema(self) -> pa.Schema | None:
+        return self._reader.arrow_schema if self._reader is not None else None
+
+    def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
+        records: list[dict[str, Any]] = []
+        indices: list[int] = []
+        failures: list[DecodeFailure] = []
+        unknown_ids: set[int] = set()
+        for index, payload in enumerate(payloads):
+            reason = self._header_problem(payload)
+            if reason is None:
+                assert payload is not None
+                schema_id = int.from_bytes(payload[1:HEADER_SIZE], "big")
+                reason = self._read_record(payload, schema_id, unknown_ids, records)
+            if reason is None:
+                indices.append(index)
+            else:
+                failures.append(DecodeFailure(index, reason))
+        if self._reader is None:  # nothing decoded yet, so no reader schema has been chosen
+            return Decoded(empty_batch(pa.schema([])), indices, failures)
+        return self._reader.decoded(records, indices, failures)
+
+    def encode(self, batch: pa.RecordBatch) -> list[bytes]:
+        if self._encoder is None:
+            raise SchemaError("avro-confluent encode needs schema_id: the id written after the magic byte")
+        header, codec = self._encoder
+        return codec.encode_bodies(batch, prefix=header)
+
+    @staticmethod
+    def _header_problem(payload: bytes | None) -> str | None:
+        if payload is None:
+            return NULL_PAYLOAD_REASON
+        if len(payload) < HEADER_SIZE:
+            return (f"payload too short for Confluent wire format: {len(payload)} byte(s), need at least "
+                    f"{HEADER_SIZE} (magic byte + 4-byte schema id)")
+        if payload[0] != MAGIC_BYTE:
+            return f"wrong magic byte 0x{payload[0]:02x} (expected 0x00: not Confluent wire format)"
+        return None
+
+    def _read_record(self, payload: bytes, schema_id: int, unknown_ids: set[int],
+                     records: list[dict[str, Any]]) -> str | None:
+        """Append the decoded record and return None, or return why it could not be decoded."""
+        if schema_id in unknown_ids:
+            return self._unknown_id_reason(schema_id)
+        try:
+            writer = self._writer(schema_id)
+        except UnknownSchemaId:
+            unknown_ids.add(schema_id)
+            return self._unknown_id_reason(schema_id)
+        assert self._reader is not None
+        buffer = io.BytesIO(payload)
+        buffer.seek(HEADER_SIZE)
+        try:
+            records.append(self._reader.read_body(buffer, len(payload), writer.parsed))
+        except fastavro.read.SchemaResolutionError as exc:
+            return (f"records written with schema id {schema_id} cannot be read into the reader schema from "
+                    f"{self._reader.source}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any other fastavro error means this one payload is bad
+            return body_failure(exc, len(payload), f"schema id {schema_id}")
+        return None
+
+    def _unknown_id_reason(self, schema_id: int) -> str:
+        return f"unknown schema id {schema_id} (not found in {self._source.description})"
+
+    def _writer(self, schema_id: int) -> _Writer:
+        cached = self._writers.get(schema_id)
+        if cached is not None:
+            return cached
+        schema = self._schema(schema_id)
+        if self._reader is None:
+            self._reader = AvroCodec(schema, source=f"{self._source.description} id {schema_id}")
+            log.info("reader schema chosen from first schema id", extra={"schema_id": schema_id})
+        physical = physical_avro_schema(schema)
+        same = physical == physical_avro_schema(self._reader.avro_schema)
+        writer = _Writer(parsed=None if same else fastavro.parse_schema(physical))
+        self._writers[schema_id] = writer
+        return writer
+
+    def _schema(self, schema_id: int) -> AvroSchema:
+        schema = self._schemas.get(schema_id)
+        if schema is None:
+            schema = self._source.fetch(schema_id)
+            self._schemas[schema_id] = schema
+        return schema

@@ -1,0 +1,72 @@
+"""Building a ``Format`` from its configuration: the one entry point the rest of epochline uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+
+from schemas.avro_arrow import avro_to_arrow_schema, parse_avro_schema
+from schemas.avro_format import AvroCodec, AvroFormat
+from schemas.base import Format, SchemaError
+from schemas.confluent import ConfluentAvroFormat, DirectorySchemaSource, RegistrySchemaSource, SchemaSource
+from schemas.json_format import JsonFormat
+from schemas.json_schema import json_schema_to_arrow, load_json_document
+from schemas.raw import RawFormat
+
+FormatName = Literal["json", "avro", "avro-confluent", "raw"]
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """How message values are encoded, and where their schema comes from.
+
+    ``schema``: an ``.avsc`` (Avro) file, or for ``json`` also a JSON Schema ``.json`` file (optional: without
+    it, types are inferred per batch). ``avro-confluent`` resolves writer schemas by id from
+    ``registry_url`` (a Confluent Schema Registry) or ``schema_dir`` (``<id>.avsc`` files); ``schema`` is then
+    the reader schema, and ``schema_id`` the id that encode writes (and the default reader schema).
+    """
+
+    format: FormatName
+    schema: Path | None = None
+    registry_url: str | None = None
+    schema_dir: Path | None = None
+    schema_id: int | None = None
+
+
+def make_format(spec: FormatSpec) -> Format:
+    """The format ``spec`` describes; a bad configuration raises ``SchemaError`` naming the file or field."""
+    if spec.format == "raw":
+        return RawFormat()
+    if spec.format == "json":
+        if spec.schema is None:
+            return JsonFormat(None)
+        return JsonFormat(_json_format_schema(Path(spec.schema)), source=str(spec.schema))
+    if spec.format == "avro":
+        if spec.schema is None:
+            raise SchemaError("avro format needs a schema: the .avsc file the records were written with")
+        return AvroFormat(AvroCodec.from_file(Path(spec.schema)))
+    if spec.format == "avro-confluent":
+        reader = AvroCodec.from_file(Path(spec.schema)) if spec.schema is not None else None
+        return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id)
+    raise SchemaError(f"unknown format {spec.format!r}: expected json, avro, avro-confluent or raw")
+
+
+def _json_format_schema(path: Path) -> pa.Schema:
+    """A JSON Schema document, or an Avro record schema (``.avsc``, or JSON whose type is "record")."""
+    document = load_json_document(path, "schema")
+    is_avro = path.suffix == ".avsc" or (isinstance(document, dict) and document.get("type") == "record")
+    if is_avro:
+        return avro_to_arrow_schema(parse_avro_schema(document, where=str(path)), where=str(path))
+    return json_schema_to_arrow(document, where=str(path))
+
+
+def _schema_source(spec: FormatSpec) -> SchemaSource:
+    if (spec.registry_url is None) == (spec.schema_dir is None):
+        raise SchemaError("avro-confluent needs exactly one of registry_url and schema_dir to resolve schema ids")
+    if spec.registry_url is not None:
+        return RegistrySchemaSource(spec.registry_url)
+    assert spec.schema_dir is not None
+    return DirectorySchemaSource(Path(spec.schema_dir))

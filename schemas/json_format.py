@@ -1,0 +1,366 @@
+"""JSON: one JSON object per message value, decoded in bulk by Arrow's C++ JSON reader.
+
+Decode: the payloads are joined into one newline-delimited buffer and parsed by ``pyarrow.json.read_json``
+(with the schema's "wire" types, see ``schemas.json_wire``), then nulls in required fields are found
+column-wise and strings are converted to timestamps/dates/times/decimals column-wise. Measured on ~110-byte
+records this is 1.5-1.9x faster than ``orjson.loads`` + ``RecordBatch.from_pylist`` (see bench/).
+
+When Arrow rejects the batch (one payload is not JSON, not an object, or has a wrong type), each payload is
+checked in Python (orjson + the schema) so the culprits get a reason naming the field, and the others are
+parsed in bulk again; whatever Arrow still rejects is isolated by bisection. So good rows always decode
+beside bad ones, and always through the same Arrow reader.
+
+Without a schema the types are inferred by Arrow per call; rows whose field types conflict with the rows
+before them become failures.
+
+Encode: column-wise conversion to JSON-printable types, then DuckDB's ``to_json`` prints every row in C++
+(2.8x faster than ``to_pylist`` + ``orjson.dumps``). Keys follow the schema's field order; nulls are written
+as ``null``. ``decode(encode(batch))`` equals ``batch`` for every type of the schema mapping.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import duckdb
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from schemas.arrow_batches import conform_batch, empty_batch, map_batch_leaves, table_to_batch
+from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, EncodeError, SchemaError
+from schemas.json_wire import text_to_value, unsupported_type, value_to_text, wire_schema
+
+_MIN_BLOCK_SIZE = 1 << 20
+_ARROW_REJECTIONS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError)
+
+
+class _RowCountMismatch(ValueError):
+    """Arrow read a different number of rows than payloads were joined (two objects in one payload)."""
+
+
+@dataclass
+class _Piece:
+    """Rows decoded from one bulk parse: their input positions, and the payloads refused on the way."""
+
+    indices: list[int]
+    batch: pa.RecordBatch
+    failures: list[DecodeFailure] = field(default_factory=list)
+
+
+class JsonFormat:
+    """JSON objects, one per message; typed by an Arrow schema, or inferred per call when there is none."""
+
+    name = "json"
+
+    def __init__(self, schema: pa.Schema | None, *, source: str | None = None) -> None:
+        if schema is not None:
+            found = next((unsupported_type(f.type, f.name) for f in schema if unsupported_type(f.type, f.name)), None)
+            if found:
+                raise SchemaError(f"json format, schema from {source}: field {found} has no JSON representation "
+                                  "(binary, fixed, map and bytes decimals need the avro format)")
+        self._schema = schema
+        self._expectation = f"the schema from {source}" if source else "the other rows' inferred types"
+        self._parse_options = (
+            pj.ParseOptions(explicit_schema=wire_schema(schema), unexpected_field_behavior="ignore")
+            if schema is not None else pj.ParseOptions()
+        )
+        self._duckdb: duckdb.DuckDBPyConnection | None = None  # opened by the first encode
+        self._duckdb_lock = threading.Lock()
+
+    @property
+    def arrow_schema(self) -> pa.Schema | None:
+        return self._schema
+
+    # ----------------------------------------------------------------------------------------- decode
+
+    def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
+        indices = list(range(len(payloads)))
+        failures: list[DecodeFailure] = []
+        if None in payloads:
+            failures = [DecodeFailure(index, NULL_PAYLOAD_REASON) for index in indices if payloads[index] is None]
+            indices = [index for index in indices if payloads[index] is not None]
+        lines = cast(list[bytes], [payloads[index] for index in indices] if failures else list(payloads))
+        pieces = self._decode_lines(indices, lines)
+        for piece in pieces:
+            failures.extend(piece.failures)
+        failures.sort(key=lambda failure: failure.index)
+        return Decoded(self._combine(pieces), [i for piece in pieces for i in piece.indices], failures)
+
+    def _decode_lines(self, indices: list[int], lines: list[bytes]) -> list[_Piece]:
+        try:
+            return [self._parse(indices, lines)]
+        except _ARROW_REJECTIONS:
+            screened, good_indices, good_lines = self._screen(indices, lines)
+            pieces: list[_Piece] = [_Piece([], self._empty(), screened)]
+            self._bisect(good_indices, good_lines, pieces)
+            return pieces
+
+    def _parse(self, indices: list[int], lines: list[bytes]) -> _Piece:
+        """Parse all ``lines`` in one Arrow call; raises if Arrow rejects any of them."""
+        if not lines:
+            return _Piece([], self._empty())
+        block_size = max(_MIN_BLOCK_SIZE, 2 * max(map(len, lines)))
+        table = pj.read_json(pa.py_buffer(_ndjson(lines)), read_options=pj.ReadOptions(block_size=block_size),
+                             parse_options=self._parse_options)
+        if table.num_rows != len(lines):  # an empty payload (a skipped blank line), or two objects in one
+            raise _RowCountMismatch(f"{table.num_rows} JSON objects in {len(lines)} payloads")
+        batch = table_to_batch(table)
+        if self._schema is None:
+            return _Piece(indices, batch)
+        return self._typed_piece(indices, lines, batch, self._schema)
+
+    def _typed_piece(self, indices: list[int], lines: list[bytes], batch: pa.RecordBatch,
+                     schema: pa.Schema) -> _Piece:
+        failures = []
+        violating = _required_nulls(batch, schema)
+        if violating is not None:
+            flags = violating.to_pylist()
+            failures = [DecodeFailure(index, self._problem(line) or "a required field is null")
+                        for index, line, bad in zip(indices, lines, flags) if bad]
+            batch = batch.filter(pc.invert(violating))
+            indices = [index for index, bad in zip(indices, flags) if not bad]
+        return _Piece(indices, map_batch_leaves(batch, schema, text_to_value), failures)
+
+    def _screen(self, indices: list[int], lines: list[bytes]) -> tuple[list[DecodeFailure], list[int], list[bytes]]:
+        """Check each payload in Python; return the failures and the payloads that passed."""
+        failures, good_indices, good_lines = [], [], []
+        for index, line in zip(indices, lines):
+            problem = self._problem(line)
+            if problem is None:
+                good_indices.append(index)
+                good_lines.append(line)
+            else:
+                failures.append(DecodeFailure(index, problem))
+        return failures, good_indices, good_lines
+
+    def _bisect(self, indices: list[int], lines: list[bytes], pieces: list[_Piece]) -> None:
+        """Parse in bulk; on rejection split in halves until the rejected payloads stand alone."""
+        if not lines:
+            return
+        try:
+            piece = self._parse(indices, lines)
+            self._check_types_agree(pieces, piece)
+        except _ARROW_REJECTIONS as exc:
+            if len(lines) == 1:
+                pieces.append(_Piece([], self._empty(), [
+                    DecodeFailure(indices[0], f"JSON payload does not match {self._expectation}: {exc}")]))
+                return
+            middle = len(lines) // 2
+            self._bisect(indices[:middle], lines[:middle], pieces)
+            self._bisect(indices[middle:], lines[middle:], pieces)
+            return
+        pieces.append(piece)
+
+    def _check_types_agree(self, pieces: list[_Piece], piece: _Piece) -> None:
+        """Without a schema, a piece whose inferred types conflict with earlier pieces is rejected."""
+        if self._schema is None and piece.batch.num_rows:
+            earlier = [p.batch.schema for p in pieces if p.batch.num_rows]
+            pa.unify_schemas([*earlier, piece.batch.schema], promote_options="permissive")
+
+    def _combine(self, pieces: list[_Piece]) -> pa.RecordBatch:
+        batches = [piece.batch for piece in pieces if piece.batch.num_rows]
+        if len(batches) == 1:
+            return batches[0]
+        if not batches:
+            return self._empty()
+        tables = [pa.Table.from_batches([batch]) for batch in batches]
+        return table_to_batch(pa.concat_tables(tables, promote_options="permissive"))
+
+    def _empty(self) -> pa.RecordBatch:
+        return empty_batch(self._schema if self._schema is not None else pa.schema([]))
+
+    def _problem(self, line: bytes) -> str | None:
+        """Why one payload cannot decode (not JSON, not an object, wrong field type), or None."""
+        if not line or line.isspace():
+            return "empty payload: not JSON"
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            return f"not JSON: {exc}"
+        if not isinstance(value, dict):
+            return f"not a JSON object: got {_json_kind(value)}"
+        if self._schema is None:
+            return None
+        return _object_problem(value, list(self._schema), path="")
+
+    # ----------------------------------------------------------------------------------------- encode
+
+    def encode(self, batch: pa.RecordBatch) -> list[bytes]:
+        if self._schema is not None:
+            batch = conform_batch(batch, self._schema, fmt="json")
+        else:
+            for fld in batch.schema:
+                found = unsupported_type(fld.type, fld.name)
+                if found:
+                    raise EncodeError(f"json encode: column {found} has no JSON representation")
+        if batch.num_rows == 0:
+            return []
+        printable = pa.Table.from_batches([map_batch_leaves(batch, wire_schema(batch.schema), value_to_text)])
+        with self._duckdb_lock:
+            if self._duckdb is None:
+                self._duckdb = duckdb.connect()
+            self._duckdb.register("encode_rows", printable)
+            try:
+                result = self._duckdb.sql("SELECT to_json(encode_rows)::BLOB FROM encode_rows").to_arrow_table()
+            finally:
+                self._duckdb.unregister("encode_rows")
+        return result.column(0).to_pylist()
+
+
+def _ndjson(lines: list[bytes]) -> bytes:
+    """The payloads as newline-delimited JSON, one per line.
+
+    Raw line breaks inside valid JSON can only be whitespace between tokens (in strings they are escaped),
+    so blanking them is safe; the common case (none) is detected with one count over the joined buffer.
+    """
+    joined = b"\n".join(lines)
+    if joined.count(b"\n") == len(lines) - 1 and b"\r" not in joined:
+        return joined
+    return b"\n".join(line.replace(b"\n", b" ").replace(b"\r", b" ") for line in lines)
+
+
+def _required_nulls(batch: pa.RecordBatch, schema: pa.Schema) -> pa.BooleanArray | None:
+    """Rows holding a null where the schema requires a value (also inside structs and lists), or None."""
+    found = None
+    for column, fld in zip(batch.columns, schema):
+        found = _union(found, _null_violations(column, fld))
+    return found if found is not None and pc.any(found).as_py() else None
+
+
+def _null_violations(array: pa.Array, fld: pa.Field) -> pa.BooleanArray | None:
+    found = array.is_null() if not fld.nullable and array.null_count else None
+    kind = fld.type
+    if pa.types.is_struct(kind):
+        for child, child_field in zip(array.flatten(), kind):
+            child_rows = _null_violations(child, child_field)
+            if child_rows is not None:
+                found = _union(found, pc.and_(child_rows, array.is_valid()))
+    elif pa.types.is_list(kind):
+        item_rows = _null_violations(array.flatten(), kind.value_field)
+        if item_rows is not None and pc.any(item_rows).as_py():
+            parents = pc.filter(pc.list_parent_indices(array), item_rows)
+            found = _union(found, pc.is_in(pa.array(range(len(array))), value_set=parents))
+    return found
+
+
+def _union(first: pa.BooleanArray | None, second: pa.BooleanArray | None) -> pa.BooleanArray | None:
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return pc.or_(first, second)
+
+
+def _object_problem(obj: dict[str, Any], fields: list[pa.Field], path: str) -> str | None:
+    for fld in fields:
+        name = f"{path}.{fld.name}" if path else fld.name
+        value = obj.get(fld.name)
+        if value is None:
+            if fld.nullable:
+                continue
+            if fld.name not in obj:
+                return f"missing required field '{name}'"
+            return f"field '{name}' is null but the schema does not allow null"
+        problem = _value_problem(value, fld.type, name)
+        if problem:
+            return problem
+    return None
+
+
+def _value_problem(value: Any, kind: pa.DataType, name: str) -> str | None:
+    if pa.types.is_integer(kind):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return _expected(name, "integer", value)
+        low, high = _integer_range(kind)
+        if not low <= value <= high:
+            return f"field '{name}': {value} is out of range for {kind}"
+        return None
+    if pa.types.is_floating(kind):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else _expected(name, "number", value)
+    if pa.types.is_boolean(kind):
+        return None if isinstance(value, bool) else _expected(name, "boolean", value)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return None if isinstance(value, str) else _expected(name, "string", value)
+    if pa.types.is_list(kind):
+        return _list_problem(value, kind.value_field, name)
+    if pa.types.is_struct(kind):
+        return _object_problem(value, list(kind), name) if isinstance(value, dict) else _expected(name, "object", value)
+    if pa.types.is_null(kind):
+        return _expected(name, "null", value)
+    return _text_problem(value, kind, name)
+
+
+def _list_problem(value: Any, item: pa.Field, name: str) -> str | None:
+    if not isinstance(value, list):
+        return _expected(name, "array", value)
+    for position, element in enumerate(value):
+        element_name = f"{name}[{position}]"
+        if element is None:
+            if not item.nullable:
+                return f"field '{element_name}' is null but the schema does not allow null"
+            continue
+        problem = _value_problem(element, item.type, element_name)
+        if problem:
+            return problem
+    return None
+
+
+_TEXT_PARSERS: list[tuple[Any, str, Any]] = [
+    (pa.types.is_timestamp, "an ISO-8601 date-time", dt.datetime.fromisoformat),
+    (pa.types.is_date32, "an ISO-8601 date (YYYY-MM-DD)", dt.date.fromisoformat),
+    (pa.types.is_time, "an ISO-8601 time (HH:MM:SS)", dt.time.fromisoformat),
+    (pa.types.is_decimal, "a decimal number", decimal.Decimal),
+]
+
+
+def _text_problem(value: Any, kind: pa.DataType, name: str) -> str | None:
+    """Timestamps, dates, times and decimals are strings in JSON; check the string parses."""
+    for matches, description, parse in _TEXT_PARSERS:
+        if matches(kind):
+            if not isinstance(value, str):
+                return _expected(name, f"string ({description})", value)
+            try:
+                parse(value)
+            except (ValueError, decimal.InvalidOperation):
+                return f"field '{name}': {value!r} is not {description}"
+            return None
+    return None
+
+
+def _integer_range(kind: pa.DataType) -> tuple[int, int]:
+    bits = kind.bit_width
+    if pa.types.is_signed_integer(kind):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _expected(name: str, expected: str, value: Any) -> str:
+    return f"field '{name}': expected {expected}, got {_json_kind(value)} {_preview(value)}"
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def _preview(value: Any) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 40 else text[:37] + "..."

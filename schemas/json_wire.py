@@ -1,0 +1,90 @@
+"""How Arrow values look in JSON text, and the vectorised conversions between the two.
+
+JSON has no timestamp, date, time or decimal, so those travel as strings (the "wire" type is string):
+
+- timestamps with a time zone: RFC 3339 / ISO-8601 in UTC with ``Z`` and as many fraction digits as the
+  unit has (``2024-05-01T12:34:56.789Z`` for ms); without a zone: the same without ``Z``. Decoding also
+  accepts offsets (``+02:00``, converted to UTC) and a space instead of ``T``; text without a zone is
+  taken as UTC.
+- dates ``YYYY-MM-DD``; times ``HH:MM:SS[.fff]``; decimals as strings (``"12.50"``) so no digit is lost.
+- NaN and infinities have no JSON form and are written as null.
+
+Every conversion here works on whole columns (Arrow compute casts, ``strftime``), including values nested
+in structs and lists, so no per-value Python runs on the fast path.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_MIDNIGHT = "1970-01-01T"
+
+
+def is_text_on_the_wire(arrow_type: pa.DataType) -> bool:
+    return (pa.types.is_timestamp(arrow_type) or pa.types.is_date32(arrow_type) or pa.types.is_time(arrow_type)
+            or pa.types.is_decimal(arrow_type))
+
+
+def wire_type(arrow_type: pa.DataType) -> pa.DataType:
+    """The Arrow type a JSON reader produces for values of ``arrow_type`` (every field nullable)."""
+    if is_text_on_the_wire(arrow_type):
+        return pa.string()
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([pa.field(f.name, wire_type(f.type)) for f in arrow_type])
+    if pa.types.is_list(arrow_type):
+        return pa.list_(pa.field("item", wire_type(arrow_type.value_type)))
+    return arrow_type
+
+
+def wire_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, wire_type(f.type)) for f in schema])
+
+
+def unsupported_type(arrow_type: pa.DataType, path: str) -> str | None:
+    """``"<path> (<type>)"`` for the first value that has no JSON form here (binary, map, ...), else None."""
+    if pa.types.is_struct(arrow_type):
+        for fld in arrow_type:
+            found = unsupported_type(fld.type, f"{path}.{fld.name}")
+            if found:
+                return found
+        return None
+    if pa.types.is_list(arrow_type):
+        return unsupported_type(arrow_type.value_type, f"{path}[]")
+    supported = (pa.types.is_null(arrow_type) or pa.types.is_boolean(arrow_type) or pa.types.is_integer(arrow_type)
+                 or pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type)
+                 or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+                 or pa.types.is_date32(arrow_type) or is_text_on_the_wire(arrow_type))
+    return None if supported else f"{path} ({arrow_type})"
+
+
+def text_to_value(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """Decode direction: a JSON reader's column to the target type (strings parsed, others cast)."""
+    if array.type == target:
+        return array
+    if pa.types.is_time(target):
+        return _text_to_time(array, target)
+    return array.cast(target)
+
+
+def value_to_text(array: pa.Array, wire: pa.DataType) -> pa.Array:
+    """Encode direction: a target-typed column to what the JSON writer should print (see module doc)."""
+    kind = array.type
+    if pa.types.is_timestamp(kind):
+        if kind.tz is None:
+            return pc.strftime(array, format="%Y-%m-%dT%H:%M:%S")
+        return pc.strftime(array.cast(pa.timestamp(kind.unit, tz="UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+    if is_text_on_the_wire(kind):
+        return array.cast(pa.string())
+    if pa.types.is_floating(kind):
+        return pc.if_else(pc.is_finite(array), array, pa.scalar(None, kind))
+    return array
+
+
+def _text_to_time(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """Arrow cannot cast string to time, so parse ``HH:MM:SS[.f]`` as a timestamp on 1970-01-01."""
+    on_epoch_day = pc.binary_join_element_wise(_MIDNIGHT, array, "")
+    ticks = on_epoch_day.cast(pa.timestamp(target.unit)).cast(pa.int64())
+    if pa.types.is_time32(target):
+        ticks = ticks.cast(pa.int32())
+    return ticks.cast(target)

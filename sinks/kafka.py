@@ -1,0 +1,306 @@
+"""Kafka sinks: the transactional producer whose commit *is* the checkpoint, and an at-least-once one.
+
+Why the transaction is the commit point: librdkafka cannot resume a transaction that another process (or
+producer instance) opened; ``init_transactions`` on the same ``transactional.id`` aborts it and fences the
+old instance. So a "prepare at the barrier, commit later" sink loses the epoch when the process dies in
+between. Instead, one Kafka transaction holds one checkpoint epoch: the epoch's output records, its
+dead-letter records, and the source offsets with the checkpoint id in their metadata. When
+``commit_transaction`` returns, the epoch exists; before that, nothing of it does.
+
+Error classes follow librdkafka: ``retriable()`` retries the same call, ``txn_requires_abort()`` raises
+``EpochAborted`` (the caller aborts, rewinds to the last committed cut and goes on), fatal or fenced
+errors raise ``ProducerFenced``/``SinkFatal`` (the caller stops, clearly).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from connectors.dead_letter import DeadLetter
+from engine import faults
+from schemas import Format
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+METADATA_PREFIX = "__kafka_"
+CHECKPOINT_METADATA_PREFIX = "epochline:checkpoint="
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+class SinkError(RuntimeError):
+    """The sink could not deliver; the message names the topic and the Kafka error."""
+
+
+class EpochAborted(SinkError):
+    """The open transaction must be aborted (librdkafka ``txn_requires_abort``); the epoch is abandoned."""
+
+
+class ProducerFenced(SinkError):
+    """Another instance with the same transactional.id took over; this one must stop."""
+
+
+class SinkFatal(SinkError):
+    """The producer hit a fatal error and cannot be used again."""
+
+
+def checkpoint_metadata(checkpoint_id: int) -> str:
+    """The offset metadata string that names the checkpoint an offset commit belongs to."""
+    return f"{CHECKPOINT_METADATA_PREFIX}{checkpoint_id}"
+
+
+def tag_with_checkpoint(offsets: Iterable[TopicPartition], checkpoint_id: int) -> list[TopicPartition]:
+    """Offsets carrying the checkpoint id in their metadata: recovery reads the id back from Kafka."""
+    metadata = checkpoint_metadata(checkpoint_id)
+    return [TopicPartition(tp.topic, tp.partition, tp.offset, metadata=metadata) for tp in offsets]
+
+
+def checkpoint_id_from_metadata(metadata: str | None) -> int | None:
+    if not metadata or not metadata.startswith(CHECKPOINT_METADATA_PREFIX):
+        return None
+    return int(metadata[len(CHECKPOINT_METADATA_PREFIX):])
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    topic: str
+    transactional_id: str
+    group_id: str
+    dead_letter_topic: str | None = None
+    key_column: str | None = None
+    include_metadata: Sequence[str] = ()
+    transaction_timeout_ms: int = 60_000
+    producer_config: dict[str, str] = field(default_factory=dict)
+    max_queued_messages: int = 500_000
+
+
+class Sink(Protocol):
+    """What the pipeline needs of a sink, whatever its delivery guarantee."""
+
+    def start(self) -> None: ...
+    def begin_epoch(self) -> None: ...
+    def write(self, table: pa.Table) -> int: ...
+    def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int: ...
+    def commit_epoch(self, offsets: list[TopicPartition], checkpoint_id: int, group_metadata: object) -> None: ...
+    def abort_epoch(self) -> None: ...
+    def is_backpressured(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+def _classify(error: KafkaError, what: str) -> SinkError | None:
+    """Map a librdkafka error to the action it demands; None means retry the same call."""
+    if error.code() in _FENCED_CODES:
+        return ProducerFenced(
+            f"{what}: this instance was fenced by a newer one with the same transactional.id ({error.str()}); "
+            "stopping so that only one instance writes"
+        )
+    if error.fatal():
+        return SinkFatal(f"{what}: fatal producer error: {error.str()}")
+    if error.txn_requires_abort():
+        return EpochAborted(f"{what}: the transaction must be aborted: {error.str()}")
+    if error.retriable():
+        return None
+    return SinkError(f"{what}: {error.str()}")
+
+
+def _with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0) -> T:
+    """Run a transactional API call, retrying only what librdkafka calls retriable, up to a deadline."""
+    deadline = time.monotonic() + deadline_s
+    backoff = 0.1
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            failure = _classify(exc.args[0], what)
+            if failure is not None:
+                raise failure from exc
+            if time.monotonic() > deadline:
+                raise SinkError(f"{what}: still failing after {deadline_s:.0f}s: {exc.args[0].str()}") from exc
+            log.warning("retrying transactional call", extra={"call": what, "error": exc.args[0].str()})
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+
+def _key_bytes(column: pa.ChunkedArray) -> list[bytes | None]:
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column.to_pylist()
+    return [None if v is None else v.encode() for v in column.cast(pa.string()).to_pylist()]
+
+
+class KafkaWriter:
+    """Encodes Arrow rows and produces them; shared by both delivery guarantees.
+
+    Delivery reports are requested only for failures (``delivery.report.only.error``), so success costs
+    nothing per record, and a failed delivery is never lost: it is remembered and raised at the next
+    flush, before any offset that covers it is committed.
+    """
+
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format, extra: dict[str, object]):
+        self.settings = settings
+        self._format = value_format
+        self._failed: list[str] = []
+        config: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": settings.max_queued_messages,
+            "compression.type": "lz4",
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+            **extra,
+            **settings.producer_config,
+        }
+        self.producer = Producer(config)
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._failed.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
+
+    def _output_columns(self, table: pa.Table) -> pa.Table:
+        keep = [name for name in table.column_names
+                if not name.startswith(METADATA_PREFIX) or name in self.settings.include_metadata]
+        return table.select(keep)
+
+    def write(self, table: pa.Table) -> int:
+        """Encode and produce every row; returns the number of records handed to the producer."""
+        if table.num_rows == 0:
+            return 0
+        keys = _key_bytes(table.column(self.settings.key_column)) if self.settings.key_column else None
+        output = self._output_columns(table)
+        values: list[bytes] = []
+        for batch in output.to_batches():
+            values += self._format.encode(batch)
+        self._produce_all(self.settings.topic, values, keys)
+        return len(values)
+
+    def _produce_all(self, topic: str, values: list[bytes], keys: list[bytes | None] | None,
+                     headers: list[list[tuple[str, bytes]]] | None = None) -> None:
+        produce = self.producer.produce
+        for index, value in enumerate(values):
+            key = keys[index] if keys is not None else None
+            header = headers[index] if headers is not None else None
+            while True:
+                try:
+                    produce(topic, value, key, headers=header)
+                    break
+                except BufferError:  # local queue full: serve delivery reports, then retry this record
+                    self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
+        letters = list(letters)
+        if not letters:
+            return 0
+        if self.settings.dead_letter_topic is None:
+            raise SinkError(f"{len(letters)} dead-letter records but no dead_letter topic is configured")
+        self._produce_all(
+            self.settings.dead_letter_topic,
+            [letter.value or b"" for letter in letters],
+            [letter.key for letter in letters],
+            [letter.headers() for letter in letters],
+        )
+        return len(letters)
+
+    def flush(self, timeout: float) -> None:
+        """Wait until every record is acknowledged; a failed delivery raises before offsets move."""
+        remaining = self.producer.flush(timeout)
+        if remaining:
+            raise EpochAborted(f"{remaining} records to {self.settings.topic} were not delivered within {timeout}s")
+        if self._failed:
+            failed, self._failed = self._failed, []
+            raise EpochAborted(f"{len(failed)} records failed delivery, e.g. {failed[0]}")
+
+    def is_backpressured(self) -> bool:
+        return len(self.producer) > self.settings.max_queued_messages // 2
+
+
+class TransactionalKafkaSink(KafkaWriter):
+    """Exactly-once: one Kafka transaction per checkpoint epoch, offsets committed inside it."""
+
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format):
+        super().__init__(settings, bootstrap, value_format, {
+            "transactional.id": settings.transactional_id,
+            "transaction.timeout.ms": settings.transaction_timeout_ms,
+        })
+        self._in_transaction = False
+
+    def start(self) -> None:
+        """Fence every earlier instance and abort whatever it left open (``init_transactions``)."""
+        _with_retries(lambda: self.producer.init_transactions(30), f"init_transactions({self.settings.transactional_id})")
+        log.info("transactional producer ready", extra={"transactional_id": self.settings.transactional_id})
+
+    def begin_epoch(self) -> None:
+        if not self._in_transaction:
+            _with_retries(self.producer.begin_transaction, "begin_transaction")
+            self._in_transaction = True
+
+    def commit_epoch(self, offsets: list[TopicPartition], checkpoint_id: int, group_metadata: object) -> None:
+        """The commit point: flush, send offsets tagged with the checkpoint id, commit."""
+        self.begin_epoch()
+        self.flush(self.settings.transaction_timeout_ms / 1000)
+        tagged = tag_with_checkpoint(offsets, checkpoint_id)
+        if tagged:
+            _with_retries(lambda: self.producer.send_offsets_to_transaction(tagged, group_metadata, 30),
+                          "send_offsets_to_transaction")
+        faults.maybe_crash("between-flush-and-commit")
+        _with_retries(lambda: self.producer.commit_transaction(60), f"commit_transaction(checkpoint {checkpoint_id})")
+        self._in_transaction = False
+
+    def abort_epoch(self) -> None:
+        if self._in_transaction:
+            _with_retries(lambda: self.producer.abort_transaction(60), "abort_transaction")
+            self._in_transaction = False
+        self._failed.clear()
+
+    def close(self) -> None:
+        """Leave nothing open: an uncommitted epoch is aborted, not left to time out and block readers."""
+        try:
+            self.abort_epoch()
+        except SinkError as error:
+            log.warning("abort on close failed", extra={"error": str(error)})
+        self.producer.flush(5)
+
+
+class AtLeastOnceKafkaSink(KafkaWriter):
+    """At-least-once: idempotent producer, offsets committed after every record of the epoch is delivered.
+
+    The trade-off: no transaction, so readers see records as soon as they are written (lower latency, no
+    transaction markers), but a crash after delivery and before the offset commit replays that epoch's
+    input, duplicating its output.
+    """
+
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format):
+        super().__init__(settings, bootstrap, value_format, {"enable.idempotence": True})
+        self._committer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": settings.group_id, "enable.auto.commit": False,
+        })
+
+    def start(self) -> None:
+        return None
+
+    def begin_epoch(self) -> None:
+        return None
+
+    def commit_epoch(self, offsets: list[TopicPartition], checkpoint_id: int, group_metadata: object) -> None:
+        self.flush(self.settings.transaction_timeout_ms / 1000)
+        tagged = tag_with_checkpoint(offsets, checkpoint_id)
+        if tagged:
+            try:
+                self._committer.commit(offsets=tagged, asynchronous=False)
+            except KafkaException as exc:
+                raise EpochAborted(f"committing offsets of checkpoint {checkpoint_id} failed: {exc.args[0].str()}") from exc
+
+    def abort_epoch(self) -> None:
+        """Records already written stay written: at-least-once readers may see them twice after a rewind."""
+        self._failed.clear()
+
+    def close(self) -> None:
+        self.producer.flush(10)
+        self._committer.close()

@@ -1,0 +1,161 @@
+"""Watermarks: min over active partitions minus lateness, idle partitions ignored, never backwards; late rows."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from connectors.watermarks import (
+    EventTimeError,
+    WatermarkTracker,
+    event_times_ms,
+    filter_late_rows,
+    max_event_time_per_partition,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance_ms(self, ms: int) -> None:
+        self.now += ms / 1000.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def test_watermark_is_none_before_any_event(clock: FakeClock) -> None:
+    assert WatermarkTracker(0, 30_000, clock).current() is None
+
+
+def test_watermark_is_min_over_partitions_of_their_max(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 30_000, clock)
+    tracker.observe(0, 5_000)
+    tracker.observe(1, 3_000)
+    tracker.observe(0, 9_000)
+    assert tracker.current() == 3_000
+
+
+def test_out_of_order_events_do_not_lower_a_partition_max(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 30_000, clock)
+    tracker.observe(0, 5_000)
+    tracker.observe(0, 2_000)
+    assert tracker.current() == 5_000
+
+
+def test_allowed_lateness_holds_the_watermark_back(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(1_500, 30_000, clock)
+    tracker.observe(0, 5_000)
+    assert tracker.current() == 3_500
+
+
+def test_assigned_partition_without_events_holds_back_until_idle(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 30_000, clock)
+    tracker.assign([0, 1])
+    tracker.observe(0, 5_000)
+    assert tracker.current() is None
+    clock.advance_ms(30_000)
+    tracker.observe(0, 6_000)
+    assert tracker.current() == 6_000
+
+
+def test_idle_partition_stops_holding_the_watermark_back(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 10_000, clock)
+    tracker.observe(0, 1_000)
+    tracker.observe(1, 50_000)
+    assert tracker.current() == 1_000
+    clock.advance_ms(8_000)
+    tracker.observe(1, 60_000)
+    clock.advance_ms(2_000)
+    assert tracker.current() == 60_000
+
+
+def test_all_partitions_idle_follow_the_largest_event_time(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(100, 10_000, clock)
+    tracker.observe(0, 1_000)
+    tracker.observe(1, 7_000)
+    clock.advance_ms(10_000)
+    assert tracker.current() == 6_900
+
+
+def test_watermark_never_goes_backwards_when_an_idle_partition_wakes_up(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 10_000, clock)
+    tracker.observe(0, 1_000)
+    tracker.observe(1, 50_000)
+    clock.advance_ms(10_000)
+    tracker.observe(1, 60_000)
+    assert tracker.current() == 60_000
+    tracker.observe(0, 2_000)
+    assert tracker.current() == 60_000
+
+
+def test_snapshot_restores_maxima_and_emitted_watermark(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 10_000, clock)
+    tracker.observe(0, 4_000)
+    tracker.observe(1, 9_000)
+    assert tracker.current() == 4_000
+    restored = WatermarkTracker(0, 10_000, clock)
+    restored.restore(tracker.snapshot())
+    assert restored.current() == 4_000
+    restored.observe(0, 3_000)
+    assert restored.current() == 4_000
+    restored.observe(0, 12_000)
+    assert restored.current() == 9_000
+
+
+def _batch(times: list[int | None], partitions: list[int] | None = None) -> pa.RecordBatch:
+    partitions = partitions or [0] * len(times)
+    return pa.record_batch({
+        "id": pa.array(range(len(times)), pa.int64()),
+        "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+        "event_ms": pa.array(times, pa.int64()),
+        "__kafka_partition": pa.array(partitions, pa.int32()),
+        "__kafka_timestamp": pa.array([t + 1 if t is not None else None for t in times],
+                                      pa.timestamp("ms", tz="UTC")),
+    })
+
+
+def test_event_times_come_from_a_timestamp_column_of_any_unit() -> None:
+    batch = _batch([1_000, None])
+    assert event_times_ms(batch, "event_time").to_pylist() == [1, None]
+
+
+def test_event_times_come_from_an_integer_millisecond_column() -> None:
+    assert event_times_ms(_batch([1_000, 2_000]), "event_ms").to_pylist() == [1_000, 2_000]
+
+
+def test_event_times_default_to_the_kafka_timestamp() -> None:
+    assert event_times_ms(_batch([1_000, 2_000]), None).to_pylist() == [1_001, 2_001]
+
+
+def test_event_time_column_must_exist_and_be_a_time() -> None:
+    batch = _batch([1_000]).append_column("name", pa.array(["x"]))
+    with pytest.raises(EventTimeError, match="'missing'"):
+        event_times_ms(batch, "missing")
+    with pytest.raises(EventTimeError, match="'name' has type string"):
+        event_times_ms(batch, "name")
+
+
+def test_max_event_time_per_partition_ignores_nulls() -> None:
+    batch = _batch([5, 9, None, 3, None], partitions=[0, 0, 0, 1, 2])
+    assert max_event_time_per_partition(batch, "event_ms") == {0: 9, 1: 3}
+
+
+def test_filter_late_rows_splits_rows_below_the_watermark() -> None:
+    on_time, late = filter_late_rows(_batch([10, 3, 7, 5, None]), 5, "event_ms")
+    assert on_time.column("id").to_pylist() == [0, 2, 3, 4]
+    assert late.column("id").to_pylist() == [1]
+    assert on_time.schema == late.schema
+
+
+def test_filter_late_rows_without_watermark_keeps_every_row() -> None:
+    batch = _batch([1, 2])
+    on_time, late = filter_late_rows(batch, None, "event_ms")
+    assert on_time.equals(batch)
+    assert late.num_rows == 0 and late.schema == batch.schema
