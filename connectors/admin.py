@@ -26,7 +26,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[s
 def partitions_of(bootstrap: str, topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partition ids; a missing topic is an error that names it."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    metadata = admin.list_topics(topic, timeout=timeout)
+    try:
+        metadata = admin.list_topics(topic, timeout=timeout)
+    except KafkaException as error:
+        raise TopicAdminError(f"cannot describe topic {topic!r}: broker {bootstrap} unreachable ({error})") from error
     described = metadata.topics.get(topic)
     if described is None or described.error is not None:
         reason = described.error if described is not None else "not in metadata"

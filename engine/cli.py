@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from connectors.admin import TopicAdminError
 from engine.config import ConfigError, load_config
 from engine.local_broker import DEFAULT_DATA_DIR, DEFAULT_PORT, BrokerError, LocalBroker
 from engine.logs import configure_logging
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         return int(args.handler(args))
-    except (BrokerError, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError) as error:
+    except (BrokerError, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError, TopicAdminError) as error:
         print(f"epochline: {error}", file=sys.stderr)
         return 2
 

@@ -20,16 +20,16 @@ class ConfigError(ValueError):
     """A connector config is unreadable or invalid; the message names the file and the key."""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 
 
 def duration_ms(value: Any) -> int:
-    """``"1s"``, ``"500ms"``, ``"2m"``, ``"1h"``; a bare number means seconds (as in the YAML examples)."""
+    """``"500ms"``, ``"1s"``, ``"2m"``, ``"1h"``, ``"1d"``; a bare number means milliseconds."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
-        return int(value * 1000)
+        return int(value)
     match = _DURATION.match(str(value))
     if not match:
         raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 1s, 2m, 1h)")
@@ -77,7 +77,7 @@ class SourceConfig(FormatConfig):
     event_time: EventTimeConfig = EventTimeConfig()
     max_batch_records: int = Field(default=10_000, gt=0)
     max_batch_bytes: int = Field(default=8 << 20, gt=0)
-    on_error: Literal["dead-letter", "halt"] = "dead-letter"
+    on_error: Literal["dead-letter", "halt", "fail-item"] = "dead-letter"  # fail-item: batch jobs only
     consumer: dict[str, str] = {}
 
 
@@ -125,6 +125,13 @@ class CheckpointConfig(_Strict):
     keep: int = Field(default=3, ge=1)
 
 
+class BatchConfig(_Strict):
+    """How ``epochline batch run`` splits the source into items and where it keeps its ledger."""
+
+    item_records: int = Field(default=10_000, gt=0)  # offsets per item (transaction markers included)
+    store: str | None = None  # sqlite:///path, a path, or postgresql://...; default: <checkpoint dir>/batches.db
+
+
 class ConnectorConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
     source: SourceConfig
@@ -134,6 +141,7 @@ class ConnectorConfig(_Strict):
     late_rows: Literal["drop", "dead-letter"] = "dead-letter"
     on_transform_error: Literal["halt", "dead-letter"] = "halt"
     checkpoint: CheckpointConfig = CheckpointConfig()
+    batch: BatchConfig = BatchConfig()
     metrics_port: int | None = None
     _base_dir: Path = PrivateAttr(default=Path("."))
 
@@ -199,7 +207,20 @@ def _describe(error: ValidationError, path: Path | str) -> str:
     return "\n".join(lines)
 
 
-def load_config(path: Path | str) -> ConnectorConfig:
+def _batch_only_problems(config: ConnectorConfig, batch: bool) -> list[str]:
+    """Keys valid for one kind of job only: a streaming run cannot fail an item, and a bounded batch job
+    has no stream of watermarks to close windows with."""
+    if batch:
+        return [f"  transform.{index}.window: window steps are not supported in batch jobs (use sql or python)"
+                for index, step in enumerate(config.transform) if step.window is not None]
+    if config.source.on_error == "fail-item":
+        return ["  source.on_error: 'fail-item' is only valid for batch jobs (epochline batch run); "
+                "use dead-letter or halt"]
+    return []
+
+
+def load_config(path: Path | str, *, batch: bool = False) -> ConnectorConfig:
+    """Read and validate a connector config; ``batch`` selects the rules of ``epochline batch run``."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -213,5 +234,8 @@ def load_config(path: Path | str) -> ConnectorConfig:
         config = ConnectorConfig.model_validate(raw)
     except ValidationError as error:
         raise ConfigError(_describe(error, path)) from None
+    problems = _batch_only_problems(config, batch)
+    if problems:
+        raise ConfigError("\n".join([f"invalid connector config {path}:", *problems]))
     config._base_dir = path.parent.absolute()
     return config

@@ -87,9 +87,6 @@ class PipelineCallback(Protocol):
     def recover(self) -> list[Source]:
         """Fence older instances, restore the last committed checkpoint and return positioned sources."""
 
-    def end_positions(self) -> dict[str, dict[int, int]]:
-        """Per source, the partition end offsets at this moment (for ``--stop-at-end``)."""
-
     def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
         """Split off rows behind the current watermark (dropped or dead-lettered, counted either way)."""
 
@@ -132,7 +129,7 @@ class PipelineCallback(Protocol):
 class CoordinatorSettings:
     checkpoint_interval_s: float = 1.0
     poll_timeout_s: float = 0.1
-    stop_at_end: bool = False
+    stop_at: Mapping[str, Mapping[int, int]] | None = None
 
 
 class StreamingCoordinator:
@@ -172,10 +169,12 @@ class StreamingCoordinator:
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> None:
-        self._sources = {source.name: source for source in self.callback.recover()}
-        ends = self.callback.end_positions() if self.settings.stop_at_end else None
-        next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
+        """Recover, then cycle until stopped. ``settings.stop_at`` (end offsets per source, captured
+        once when the connector started) makes it return once everything up to them is committed."""
         try:
+            self._sources = {source.name: source for source in self.callback.recover()}
+            ends = self.settings.stop_at
+            next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
             while True:
                 self._apply_controls()
                 self._apply_backpressure()

@@ -288,7 +288,7 @@ def build_chain(steps: Sequence[Operator]) -> OperatorChain:
     return OperatorChain(tuple(steps))
 
 
-_WINDOW_NAMES = frozenset({"WindowOperator", "WindowSpec", "WindowState", "parse_duration_ms", "END_OF_INPUT_WATERMARK"})
+_WINDOW_NAMES = frozenset({"WindowOperator", "WindowSpec", "WindowState", "END_OF_INPUT_WATERMARK"})
 
 
 def __getattr__(name: str) -> object:

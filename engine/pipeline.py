@@ -28,7 +28,13 @@ from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter
 from connectors.source import METADATA_FIELDS, KafkaSource, SourceBatch, SourceSettings
 from connectors.watermarks import filter_late_rows
-from engine.checkpoints import CheckpointCoordinator, CheckpointError, CheckpointIdLog, FileCheckpointStorage
+from engine.checkpoints import (
+    CheckpointCoordinator,
+    CheckpointError,
+    CheckpointIdLog,
+    FileCheckpointStorage,
+    StateDirLock,
+)
 from engine.config import ConnectorConfig, SourceConfig, StepConfig
 from engine.coordinator import (
     CheckpointAbandoned,
@@ -126,6 +132,7 @@ class KafkaPipeline(PipelineCallback):
         self.bootstrap = bootstrap
         self.metrics = metrics or Metrics()
         self.exactly_once = config.sink.delivery == "exactly-once"
+        self._state_lock = StateDirLock(config.state_dir)
         self.checkpoints = CheckpointCoordinator(FileCheckpointStorage(config.state_dir),
                                                  CheckpointIdLog(config.state_dir / "ids.log"))
         self.chain = build_chain_for(config)
@@ -156,7 +163,8 @@ class KafkaPipeline(PipelineCallback):
 
     # -- recovery ---------------------------------------------------------------------------------
     def recover(self) -> list[Source]:
-        self.sink.start()
+        self.sink.start()  # fences the previous instance first, so it stops writing state...
+        self._state_lock.acquire(timeout_s=self.config.checkpoint.timeout / 1000 * 2)  # ...then waits for it to exit
         for name, settings in self._source_settings.items():
             self._open_source(name, settings)
         self._validate_chain()
@@ -212,8 +220,10 @@ class KafkaPipeline(PipelineCallback):
                 "or lose window results, so the connector stops"
             ) from error
 
-    def end_positions(self) -> dict[str, dict[int, int]]:
-        return {name: end_offsets(self.bootstrap, s.topic) for name, s in self._source_settings.items()}
+    @staticmethod
+    def end_offsets_of(config: ConnectorConfig, bootstrap: str) -> dict[str, dict[int, int]]:
+        """Per source, the partition end offsets now: where ``--stop-at-end`` stops."""
+        return {"source": end_offsets(bootstrap, config.source.topic)}
 
     # -- one cycle ---------------------------------------------------------------------------------
     def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
@@ -350,4 +360,7 @@ class KafkaPipeline(PipelineCallback):
         return None
 
     def close_sinks(self) -> None:
-        self.sink.close()
+        try:
+            self.sink.close()
+        finally:
+            self._state_lock.release()

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 
 from connectors.dead_letter import PoisonRecord
+from connectors.source import SourceUnavailable
+from engine.checkpoints import StateDirLocked
 from engine.config import ConnectorConfig
 from engine.coordinator import CoordinatorSettings, ImmediateStop, PipelineHalted, StreamingCoordinator
 from engine.metrics import Metrics
@@ -47,11 +49,12 @@ def run_connector(config: ConnectorConfig, options: RunOptions) -> None:
     metrics = Metrics()
     if config.metrics_port is not None:
         metrics.serve(config.metrics_port)
+    stop_at = KafkaPipeline.end_offsets_of(config, options.bootstrap) if options.stop_at_end else None
     restarts = 0
     while True:
         pipeline = KafkaPipeline(config, options.bootstrap, metrics)
         coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(
-            checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at_end=options.stop_at_end))
+            checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at=stop_at))
         coordinator.install_signal_handlers()
         try:
             coordinator.run()
@@ -60,9 +63,9 @@ def run_connector(config: ConnectorConfig, options: RunOptions) -> None:
             return
         except ProducerFenced as fenced:
             raise ConnectorFailed(f"{config.name}: {fenced}") from fenced
-        except (PipelineHalted, PoisonRecord, RecoveryError, ImmediateStop) as stop:
+        except (PipelineHalted, PoisonRecord, RecoveryError, ImmediateStop, StateDirLocked) as stop:
             raise ConnectorFailed(f"{config.name}: {stop}") from stop
-        except SinkError as error:
+        except (SinkError, SourceUnavailable) as error:
             restarts += 1
             if restarts > options.max_restarts:
                 raise ConnectorFailed(f"{config.name}: giving up after {options.max_restarts} restarts: {error}") from error

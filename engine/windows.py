@@ -51,24 +51,7 @@ _RESERVED_PREFIX = "__window"
 _WINDOW_START = "__window_start"
 _MS_PER_UNIT = {"s": 1000}
 _UNITS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
-_DURATION_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _AGGREGATE = re.compile(r"^\s*(count|sum|min|max|avg)\s*\(\s*(.+?)\s*\)\s*$", re.IGNORECASE)
-
-
-def parse_duration_ms(text: str | int) -> int:
-    """``"500ms"``, ``"1s"``, ``"2m"``, ``"1h"``, ``"1d"``, ``"250"`` or ``250`` (plain numbers are ms)."""
-    if isinstance(text, bool):
-        raise OperatorConfigError(f"duration {text!r} is not a number of milliseconds or a text like '1s'")
-    if isinstance(text, int):
-        return text
-    match = _DURATION.match(text)
-    if match is None:
-        raise OperatorConfigError(
-            f"duration {text!r} is not understood: use a whole number with ms, s, m, h or d (e.g. '500ms', '2m')"
-        )
-    amount, unit = match.groups()
-    return int(amount) * _DURATION_MS[unit or "ms"]
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,7 @@ class JsonFormat:
     def _typed_piece(self, indices: list[int], lines: list[bytes], batch: pa.RecordBatch,
                      schema: pa.Schema) -> _Piece:
         failures = []
+        batch = batch.select(schema.names)
         violating = _required_nulls(batch, schema)
         if violating is not None:
             flags = violating.to_pylist()

@@ -182,17 +182,30 @@ class KafkaWriter:
 
     def _produce_all(self, topic: str, values: list[bytes], keys: list[bytes | None] | None,
                      headers: list[list[tuple[str, bytes]]] | None = None) -> None:
-        produce = self.producer.produce
-        for index, value in enumerate(values):
-            key = keys[index] if keys is not None else None
-            header = headers[index] if headers is not None else None
-            while True:
+        """Hand every record to librdkafka. The keyless, headerless case is a pipeline's hot path, so it
+        calls ``produce`` with positional arguments only, which is measurably cheaper per record."""
+        if keys is None and headers is None:
+            produce = self.producer.produce
+            for value in values:
                 try:
-                    produce(topic, value, key, headers=header)
-                    break
-                except BufferError:  # local queue full: serve delivery reports, then retry this record
-                    self.producer.poll(0.05)
+                    produce(topic, value)
+                except BufferError:
+                    self._produce_when_queue_frees(topic, value, None, None)
+        else:
+            for index, value in enumerate(values):
+                self._produce_when_queue_frees(topic, value, keys[index] if keys is not None else None,
+                                               headers[index] if headers is not None else None)
         self.producer.poll(0)
+
+    def _produce_when_queue_frees(self, topic: str, value: bytes, key: bytes | None,
+                                  headers: list[tuple[str, bytes]] | None) -> None:
+        """``produce``, serving delivery reports while librdkafka's local queue is full."""
+        while True:
+            try:
+                self.producer.produce(topic, value, key, headers=headers)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
 
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
         letters = list(letters)

@@ -95,9 +95,6 @@ class FakeCallback:
         self.calls.append("recover")
         return list(self.sources)
 
-    def end_positions(self) -> dict[str, dict[int, int]]:
-        return {s.name: {} for s in self.sources}
-
     def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
         self.calls.append(f"filter_late_rows:{source}")
         return batch
@@ -170,7 +167,7 @@ class FakeCallback:
 
 def _coordinator(callback: FakeCallback, **settings) -> StreamingCoordinator:
     return StreamingCoordinator(callback, CoordinatorSettings(checkpoint_interval_s=3600, poll_timeout_s=0,
-                                                              stop_at_end=True, **settings))
+                                                              stop_at={s.name: {} for s in callback.sources}, **settings))
 
 
 def test_a_cycle_filters_then_extracts_watermarks_then_executes_then_writes() -> None:

@@ -216,6 +216,12 @@ def test_pretty_printed_payloads_with_line_breaks_decode(orders: Format) -> None
     assert row["ts"] == dt.datetime(2023, 12, 31, 22, 0, tzinfo=dt.UTC)
 
 
+def test_key_order_in_the_payload_does_not_matter(orders: Format) -> None:
+    payload = b'{"ts": "2024-01-01T00:00:00Z", "amount": 2, "user": "u", "id": 1}'
+    [row] = orders.decode([payload]).batch.to_pylist()
+    assert (row["id"], row["user"], row["amount"]) == (1, "u", 2.0)
+
+
 def test_unknown_fields_are_ignored(orders: Format) -> None:
     payload = b'{"id": 1, "user": "u", "amount": 1, "ts": "2024-01-01T00:00:00Z", "extra": {"deep": [1]}}'
     assert orders.decode([payload]).batch.num_rows == 1
@@ -300,3 +306,18 @@ def test_integer_beyond_an_avro_int_is_a_failure_naming_the_range(tmp_path: Path
     decoded = make_format(FormatSpec("json", schema=path)).decode([b'{"i": 1}', b'{"i": 3000000000}'])
     assert decoded.indices == [0]
     assert decoded.failures == [DecodeFailure(1, "field 'i': 3000000000 is out of range for int32")]
+
+
+def test_random_corruptions_never_raise_and_every_payload_is_accounted_for(orders: Format) -> None:
+    rng = random.Random(9)
+    payloads = []
+    for n in range(3000):
+        payload = bytearray(good_order(n))
+        for _ in range(rng.randrange(0, 3)):
+            payload[rng.randrange(len(payload))] = rng.randrange(256)
+        payloads.append(bytes(payload[:rng.randrange(len(payload) + 1)] if n % 5 == 0 else payload))
+    decoded = orders.decode(payloads)
+    assert sorted(decoded.indices + [f.index for f in decoded.failures]) == list(range(3000))
+    assert decoded.batch.num_rows == len(decoded.indices)
+    intact = [n for n, p in enumerate(payloads) if p == good_order(n)]
+    assert set(intact) <= set(decoded.indices)

@@ -13,7 +13,6 @@ from engine.windows import (
     END_OF_INPUT_WATERMARK,
     WindowOperator,
     WindowSpec,
-    parse_duration_ms,
 )
 
 SCHEMA = pa.schema([("k", pa.string()), ("ts", pa.int64()), ("x", pa.int64())])
@@ -214,15 +213,3 @@ def test_spec_not_matching_the_input_schema_is_a_config_error_at_validate(spec: 
         WindowOperator(spec, name="per_key").validate(SCHEMA)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("500ms", 500), ("1s", 1_000), ("2m", 120_000), ("1h", 3_600_000), ("1d", 86_400_000),
-    ("250", 250), (250, 250), (" 3 s ", 3_000),
-])
-def test_parse_duration_ms(text: str | int, expected: int) -> None:
-    assert parse_duration_ms(text) == expected
-
-
-@pytest.mark.parametrize("text", ["1.5s", "ten", "1w", "", "-1s", True])
-def test_parse_duration_ms_rejects_what_it_does_not_understand(text: object) -> None:
-    with pytest.raises(OperatorConfigError, match="duration"):
-        parse_duration_ms(text)  # type: ignore[arg-type]
