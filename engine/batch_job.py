@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -55,8 +55,7 @@ from rich.table import Table
 
 from connectors.admin import TopicAdminError, end_offsets
 from connectors.checkpoint import SourceCheckpoint
-from connectors.dead_letter import DeadLetter
-from connectors.source import KafkaSource, SourceBatch, SourceSettings
+from connectors.source import KafkaSource, SourceBatch, SourceError, SourceSettings
 from engine import faults
 from engine.batch_store import (
     POSTGRES_PREFIXES,
@@ -67,13 +66,13 @@ from engine.batch_store import (
     Spend,
     open_batch_store,
 )
-from engine.checkpoints import _write_atomically
+from engine.checkpoints import write_atomically
 from engine.config import ConnectorConfig, load_config
 from engine.operators import OperatorRuntimeError
-from engine.pipeline import build_chain_for, input_schema, source_settings
+from engine.pipeline import build_chain_for, input_schema, sink_settings, source_settings
 from engine.runner import bootstrap_from
 from schemas import make_format
-from sinks.kafka import EpochAborted, SinkSettings, TransactionalKafkaSink, _with_retries
+from sinks.kafka import EpochAborted, SinkError, TransactionalKafkaSink
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +197,7 @@ class PlanFile:
 
     def write(self, plan: BatchPlan) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.path, [plan.to_json()])
+        write_atomically(self.path, [plan.to_json()])
 
 
 # -- names, store, offset metadata -------------------------------------------------------------------------
@@ -220,14 +219,26 @@ def _checked_name(value: str, what: str) -> str:
     return value
 
 
-def transactional_id(config: ConnectorConfig, tenant: str, batch_id: str) -> str:
-    """Stable per (tenant, connector, batch): a resumed job fences the one it replaces at init_transactions."""
+def kafka_id(config: ConnectorConfig, tenant: str, batch_id: str) -> str:
+    """The job's transactional id and consumer group, stable per (tenant, connector, batch): a resumed job
+    fences the one it replaces at ``init_transactions``, and the group's committed offsets witness which
+    items committed. ``:`` cannot occur in the parts, so distinct triples never share an id."""
     return f"epochline-batch:{tenant}:{config.name}:{batch_id}"
 
 
-def group_id(config: ConnectorConfig, tenant: str, batch_id: str) -> str:
-    """The consumer group whose committed offsets witness which items committed."""
-    return f"epochline-batch:{tenant}:{config.name}:{batch_id}"
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: list[int],
+                      timeout: float = 30.0) -> dict[int, int]:
+    """The offsets ``group`` committed for ``topic`` (partitions without a commit are left out)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    try:
+        answered = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout)
+    except KafkaException as error:
+        raise BatchJobError(f"committed offsets of group {group!r} on topic {topic!r} unavailable on "
+                            f"{bootstrap}: {error}") from error
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in answered if tp.offset >= 0}
 
 
 def store_url_for(config: ConnectorConfig, override: str | None = None) -> str:
@@ -273,6 +284,13 @@ def parse_item_metadata(metadata: str | None) -> CommittedItem | None:
 # -- the Kafka side: reading, transforming and committing one item ------------------------------------------
 
 
+_ITEM_CONSUMER_DEFAULTS = {"fetch.wait.max.ms": "10"}
+"""Every item starts with a re-assign, which waits for the fetch in flight; at a partition's end that fetch
+is a long poll of ``fetch.wait.max.ms`` (default 500 ms), which would otherwise be paid once per item.
+``auto.offset.reset`` is set to ``error`` on top of the user's settings: an item whose records retention
+deleted must fail loudly, not silently restart at the log start."""
+
+
 class _PartitionSource(KafkaSource):
     """A ``KafkaSource`` over one partition: a partition's items are read in order by one consumer."""
 
@@ -316,24 +334,16 @@ class ItemProcessor:
         source = config.source.model_copy(update={
             "on_error": "dead-letter",
             "max_batch_records": min(config.source.max_batch_records, config.batch.item_records),
-            "consumer": {**config.source.consumer, "auto.offset.reset": "error"},  # never skip deleted records
+            "consumer": {**_ITEM_CONSUMER_DEFAULTS, **config.source.consumer, "auto.offset.reset": "error"},
         })
         self.settings = source_settings(config, source, SOURCE_NAME)
-        self.group = group_id(config, options.tenant, options.batch_id)
+        self.group = kafka_id(config, options.tenant, options.batch_id)
         self.chain = build_chain_for(config)
         schema = input_schema(make_format(self.settings.format))
         if schema is not None:
             self.chain.validate(schema)
-        self.sink = TransactionalKafkaSink(SinkSettings(
-            topic=config.sink.topic,
-            transactional_id=transactional_id(config, options.tenant, options.batch_id),
-            group_id=self.group,
-            dead_letter_topic=config.dead_letter.topic if config.dead_letter else None,
-            key_column=config.sink.key,
-            include_metadata=tuple(config.sink.include_metadata),
-            transaction_timeout_ms=config.sink.transaction_timeout,
-            producer_config=dict(config.sink.producer),
-        ), options.bootstrap, make_format(config.sink.format_spec(config.base_dir)))
+        self.sink = TransactionalKafkaSink(sink_settings(config, self.group, self.group), options.bootstrap,
+                                           make_format(config.sink.format_spec(config.base_dir)))
         self._sources: dict[int, _PartitionSource] = {}
 
     def start(self) -> None:
@@ -360,7 +370,8 @@ class ItemProcessor:
 
     def run(self, item: BatchItem, run_id: str) -> ItemResult:
         """Process the item in its own transaction; retried when Kafka demands an abort."""
-        for attempt in range(1, MAX_ITEM_ATTEMPTS + 1):
+        attempt = 1
+        while True:
             try:
                 return self._attempt(item, run_id)
             except EpochAborted as error:
@@ -370,7 +381,7 @@ class ItemProcessor:
                 if attempt == MAX_ITEM_ATTEMPTS:
                     raise BatchJobError(f"{item.describe(self.topic)}: its transaction was aborted "
                                         f"{MAX_ITEM_ATTEMPTS} times, last: {error}") from error
-        raise AssertionError("unreachable")
+                attempt += 1
 
     def _attempt(self, item: BatchItem, run_id: str) -> ItemResult:
         started = time.monotonic()
@@ -422,18 +433,11 @@ class ItemProcessor:
                 yield _within(batch, item.end)
 
     def _commit(self, item: BatchItem, run_id: str, spend: Spend) -> None:
-        """The commit point: the item's offset (metadata naming item and run) and output, in one transaction.
-
-        ``commit_epoch`` tags offsets with a checkpoint id, so the item's offset is sent here through the
-        producer and ``commit_epoch`` is given none: it flushes and commits the transaction holding both.
-        """
+        """The commit point: the item's offset (metadata naming item and run) and output, in one transaction."""
         source = self._source(item.partition)
-        group_metadata = source.consumer_group_metadata()
-        offsets = [TopicPartition(self.topic, item.partition, item.end,
-                                  metadata=item_metadata(self.options.batch_id, item, run_id, spend))]
-        _with_retries(lambda: self.sink.producer.send_offsets_to_transaction(offsets, group_metadata, 30),
-                      f"send_offsets_to_transaction(item {item.key})")
-        self.sink.commit_epoch([], 0, group_metadata)
+        offsets = [TopicPartition(self.topic, item.partition, item.end)]
+        self.sink.commit_epoch(offsets, item_metadata(self.options.batch_id, item, run_id, spend),
+                               source.consumer_group_metadata())
 
 
 # -- the job -----------------------------------------------------------------------------------------------
@@ -482,6 +486,10 @@ class BatchSummary:
                 f"{self.reconciled} reconciled in {self.seconds:.1f}s ({rate})")
 
 
+def _is_terminal(record: ItemRecord) -> bool:
+    return record.outcome is not None and record.outcome.is_terminal
+
+
 class BatchJob:
     """One batch of one connector: plan, store and Kafka, from open (or resume) to the last item."""
 
@@ -509,8 +517,23 @@ class BatchJob:
         if plan.batch_id != self.batch_id or plan.topic != self.config.source.topic:
             raise BatchJobError(f"plan file {self.plan_file.path} is for batch {plan.batch_id!r} of topic "
                                 f"{plan.topic!r}, not batch {self.batch_id!r} of topic {self.config.source.topic!r}")
+        if known is None:
+            self._require_unused_group(plan)
         self.store.open(self.batch_id, plan_digest(self.config, plan))
         return plan
+
+    def _require_unused_group(self, plan: BatchPlan) -> None:
+        """A batch new to the store must be new to Kafka too: offsets committed under its group mean the id
+        was run before against another store (or a deleted one), and running its items again would
+        duplicate their output."""
+        group = kafka_id(self.config, self.options.tenant, self.batch_id)
+        partitions = sorted({item.partition for item in plan.items})
+        committed = committed_offsets(self.options.bootstrap, group, plan.topic, partitions) if partitions else {}
+        if committed:
+            raise BatchJobError(
+                f"batch {self.batch_id!r} is not in the store, but consumer group {group!r} already committed "
+                f"offsets {committed} on topic {plan.topic!r}: it ran before against another (or a deleted) "
+                "store; use that store, or a new batch id")
 
     def run(self, progress: BatchProgress | None = None) -> BatchSummary:
         progress = progress or _NoProgress()
@@ -522,6 +545,9 @@ class BatchJob:
             try:
                 processor.start()
                 self._settle_all(plan, processor, progress, tally)
+            except (SinkError, SourceError) as error:
+                raise BatchJobError(f"batch {self.batch_id!r} stopped: {error} (run the same command again to "
+                                    "resume; committed items are kept)") from error
             finally:
                 processor.close()
             self.store.mark_exhausted(self.batch_id)
@@ -530,16 +556,23 @@ class BatchJob:
 
     def _settle_all(self, plan: BatchPlan, processor: ItemProcessor, progress: BatchProgress,
                     tally: dict[str, int]) -> None:
-        known = {record.key: record for record in self.store.items(self.batch_id, limit=max(1, len(plan.items)))}
-        settled = {key for key, record in known.items() if record.outcome is not None and record.outcome.is_terminal}
+        """Every item not yet terminal, in key order. The ledger is read through ``reserve`` item by item,
+        after ``init_transactions``: a fenced predecessor may still have recorded an item a moment ago."""
+        recorded = self.store.items(self.batch_id, limit=max(1, len(plan.items)))
+        settled = {record.key for record in recorded if _is_terminal(record)}
         progress.begin(len(plan.items), len(settled))
         for item in plan.items:
             if item.key in settled:
                 continue
-            record = known.get(item.key) or self.store.reserve(self.batch_id, item.key, uuid.uuid4().hex)
-            if item.key in known and self._reconcile(processor, item, record):
+            proposed = uuid.uuid4().hex
+            record = self.store.reserve(self.batch_id, item.key, proposed)
+            if _is_terminal(record):
+                progress.settled(record.spend.records)
+                continue
+            reconciled = self._reconcile(processor, item, record) if record.run_id != proposed else None
+            if reconciled is not None:
                 tally["reconciled"] += 1
-                progress.settled(0)
+                progress.settled(reconciled.records)
                 continue
             result = processor.run(item, record.run_id)
             faults.maybe_crash("batch-between-commit-and-record")
@@ -551,20 +584,21 @@ class BatchJob:
             tally["records"] += result.spend.records
             progress.settled(result.spend.records)
 
-    def _reconcile(self, processor: ItemProcessor, item: BatchItem, record: ItemRecord) -> bool:
-        """An unfinished item whose transaction committed: record it SUCCEEDED instead of running it again."""
+    def _reconcile(self, processor: ItemProcessor, item: BatchItem, record: ItemRecord) -> Spend | None:
+        """An unfinished item whose transaction committed is recorded SUCCEEDED instead of running again
+        (returns its spend, from the committed metadata); None when it did not commit."""
         offset, committed = processor.committed(item.partition)
         if offset is None or offset < item.end:
             log.info("item did not commit: running it again", extra={
                 "batch_id": self.batch_id, "item": item.key, "run_id": record.run_id, "committed_offset": offset})
-            return False
+            return None
         named = committed is not None and committed.key == item.key and committed.run_id == record.run_id
         spend = committed.spend if named and committed is not None else Spend()
         self.store.record(self.batch_id, item.key, Outcome.SUCCEEDED, spend)
         log.info("item reconciled: its transaction committed", extra={
             "batch_id": self.batch_id, "item": item.key, "run_id": record.run_id, "committed_offset": offset,
             "metadata_names_item": named})
-        return True
+        return spend
 
     def _summary(self, plan: BatchPlan, tally: dict[str, int], seconds: float) -> BatchSummary:
         census = self.store.census(self.batch_id)
@@ -702,7 +736,7 @@ def _emit(args: argparse.Namespace, report: Any, human: Any) -> None:
     if args.json:
         print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
-        human(Console(soft_wrap=False))
+        human(Console())
 
 
 def census_command(args: argparse.Namespace) -> int:
@@ -725,9 +759,3 @@ def list_command(args: argparse.Namespace) -> int:
     _emit(args, batches, lambda console: _print_list(batches, console))
     return 0
 
-
-__all__ = [
-    "BatchHalted", "BatchItem", "BatchJob", "BatchJobError", "BatchNotFound", "BatchOptions", "BatchPlan",
-    "BatchSummary", "DeadLetter", "ItemProcessor", "PlanFile", "PlanFileMissing", "freeze_plan", "item_key",
-    "item_metadata", "parse_item_metadata", "plan_digest", "run_batch", "split_into_items", "store_url_for",
-]

@@ -122,7 +122,7 @@ def _fsync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
-def _write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
+def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
     """Write ``path`` so that it either keeps its old content or has all of ``chunks``, durably.
 
     The temp name is derived from ``path``: every writer of a given path is the only one (ids are
@@ -226,13 +226,13 @@ class CheckpointIdLog:
     def _create_empty(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            _write_atomically(self._path, [])
+            write_atomically(self._path, [])
         except OSError as error:
             raise CheckpointPersistFailed(f"could not create checkpoint id log {self._path}: {error}") from error
 
     def _compact(self, highest: int) -> None:
         try:
-            _write_atomically(self._path, [f"{highest}\n".encode()])
+            write_atomically(self._path, [f"{highest}\n".encode()])
         except OSError as error:
             raise CheckpointPersistFailed(f"could not compact checkpoint id log {self._path}: {error}") from error
 
@@ -313,7 +313,7 @@ class FileCheckpointStorage:
             digest.update(chunk)
         path = self.path_of(metadata.checkpoint_id)
         try:
-            _write_atomically(path, [*body, digest.digest()])
+            write_atomically(path, [*body, digest.digest()])
         except OSError as error:
             raise CheckpointPersistFailed(
                 f"could not write checkpoint {metadata.checkpoint_id} to {path}: {error}"

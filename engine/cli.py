@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from connectors.admin import TopicAdminError
+from engine import batch_job
+from engine.batch_store import BatchStoreError
 from engine.config import ConfigError, load_config
 from engine.local_broker import DEFAULT_DATA_DIR, DEFAULT_PORT, BrokerError, LocalBroker
 from engine.logs import configure_logging
@@ -70,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     """Checks the config file, its schemas and its transform without touching Kafka."""
-    config = load_config(args.config)
+    config = load_config(args.config, batch=args.batch)
     validate_offline(config)
     print(f"{args.config}: ok ({config.name}: {config.source.topic} -> {config.sink.topic}, {config.sink.delivery})")
     return 0
@@ -85,7 +87,33 @@ def _add_run_commands(commands: argparse._SubParsersAction) -> None:
     run.set_defaults(handler=_run)
     validate = commands.add_parser("validate", help="check a connector config without running it")
     validate.add_argument("config", type=Path)
+    validate.add_argument("--batch", action="store_true", help="check it as a batch job config (epochline batch run)")
     validate.set_defaults(handler=_validate)
+
+
+def _add_batch_commands(commands: argparse._SubParsersAction) -> None:
+    batch = commands.add_parser("batch", help="bounded exactly-once batch jobs and their ledger")
+    actions = batch.add_subparsers(dest="action", required=True)
+    run = actions.add_parser("run", help="run (or resume) a batch: the topic up to now, exactly once")
+    run.add_argument("config", type=Path)
+    run.add_argument("--batch-id", required=True, help="names the batch; run again with it to resume")
+    run.add_argument("--bootstrap-servers", help="HOST:PORT (default: $KAFKA_BOOTSTRAP)")
+    run.set_defaults(handler=batch_job.run_command)
+    census = actions.add_parser("census", help="item counts by outcome, spend, cursor, exhausted")
+    census.add_argument("batch_id")
+    census.set_defaults(handler=batch_job.census_command)
+    attention = actions.add_parser("attention", help="failed and suspended items, oldest key first")
+    attention.add_argument("batch_id")
+    attention.add_argument("--limit", type=int, default=100)
+    attention.set_defaults(handler=batch_job.attention_command)
+    listing = actions.add_parser("list", help="the batches of a store and tenant")
+    listing.set_defaults(handler=batch_job.list_command)
+    for action in (run, census, attention, listing):
+        action.add_argument("--store", help="sqlite:///FILE, FILE or postgresql://... (default: the config's)")
+        action.add_argument("--tenant", default="default")
+        if action is not run:
+            action.add_argument("--config", type=Path, help="take the store from this connector config")
+            action.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_broker_commands(commands)
     _add_run_commands(commands)
+    _add_batch_commands(commands)
     return parser
 
 
@@ -102,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         return int(args.handler(args))
-    except (BrokerError, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError, TopicAdminError) as error:
+    except (BrokerError, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError, TopicAdminError,
+            BatchStoreError, batch_job.BatchJobError) as error:
         print(f"epochline: {error}", file=sys.stderr)
         return 2
 

@@ -211,11 +211,15 @@ def _batch_only_problems(config: ConnectorConfig, batch: bool) -> list[str]:
     """Keys valid for one kind of job only: a streaming run cannot fail an item, and a bounded batch job
     has no stream of watermarks to close windows with."""
     if batch:
-        return [f"  transform.{index}.window: window steps are not supported in batch jobs (use sql or python)"
-                for index, step in enumerate(config.transform) if step.window is not None]
+        problems = [f"  transform.{index}.window: window steps are not supported in batch jobs (use sql or python)"
+                    for index, step in enumerate(config.transform) if step.window is not None]
+        if config.sink.delivery != "exactly-once":
+            problems.append("  sink.delivery: a batch job commits every item in a Kafka transaction, "
+                            "so only exactly-once is supported")
+        return problems
     if config.source.on_error == "fail-item":
-        return ["  source.on_error: 'fail-item' is only valid for batch jobs (epochline batch run); "
-                "use dead-letter or halt"]
+        return [("  source.on_error: 'fail-item' is only valid for batch jobs (epochline batch run); "
+                 "use dead-letter or halt")]
     return []
 
 

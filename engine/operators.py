@@ -286,16 +286,3 @@ def build_chain(steps: Sequence[Operator]) -> OperatorChain:
             )
         seen.add(step.name)
     return OperatorChain(tuple(steps))
-
-
-_WINDOW_NAMES = frozenset({"WindowOperator", "WindowSpec", "WindowState", "END_OF_INPUT_WATERMARK"})
-
-
-def __getattr__(name: str) -> object:
-    """Window names importable from here as well. Resolved lazily (PEP 562) because ``engine.windows``
-    imports this module's errors: a top-level import here would be circular."""
-    if name in _WINDOW_NAMES:
-        from engine import windows
-
-        return getattr(windows, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -51,10 +51,9 @@ from engine.operators import (
     OperatorRuntimeError,
     PythonOperator,
     SqlOperator,
-    WindowOperator,
-    WindowSpec,
     build_chain,
 )
+from engine.windows import WindowOperator, WindowSpec
 from schemas import Format, make_format
 from sinks.kafka import (
     AtLeastOnceKafkaSink,
@@ -63,6 +62,7 @@ from sinks.kafka import (
     SinkSettings,
     TransactionalKafkaSink,
     checkpoint_id_from_metadata,
+    checkpoint_metadata,
 )
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,22 @@ def source_settings(config: ConnectorConfig, source: SourceConfig, name: str) ->
         event_time_column=source.event_time.column,
         allowed_lateness_ms=source.event_time.allowed_lateness,
         idle_timeout_ms=source.event_time.idle_timeout,
-        on_error=source.on_error,
+        on_error="halt" if source.on_error == "halt" else "dead-letter",  # fail-item: the batch job's call
         consumer_config=dict(source.consumer),
+    )
+
+
+def sink_settings(config: ConnectorConfig, transactional_id: str, group_id: str) -> SinkSettings:
+    sink = config.sink
+    return SinkSettings(
+        topic=sink.topic,
+        transactional_id=transactional_id,
+        group_id=group_id,
+        dead_letter_topic=config.dead_letter.topic if config.dead_letter else None,
+        key_column=sink.key,
+        include_metadata=tuple(sink.include_metadata),
+        transaction_timeout_ms=sink.transaction_timeout,
+        producer_config=dict(sink.producer),
     )
 
 
@@ -146,18 +160,8 @@ class KafkaPipeline(PipelineCallback):
         self._faults_since_commit = 0
 
     def _build_sink(self) -> Sink:
-        sink = self.config.sink
-        settings = SinkSettings(
-            topic=sink.topic,
-            transactional_id=self.config.transactional_id,
-            group_id=self.config.group_id,
-            dead_letter_topic=self.config.dead_letter.topic if self.config.dead_letter else None,
-            key_column=sink.key,
-            include_metadata=tuple(sink.include_metadata),
-            transaction_timeout_ms=sink.transaction_timeout,
-            producer_config=dict(sink.producer),
-        )
-        value_format = make_format(sink.format_spec(self.config.base_dir))
+        settings = sink_settings(self.config, self.config.transactional_id, self.config.group_id)
+        value_format = make_format(self.config.sink.format_spec(self.config.base_dir))
         sink_class = TransactionalKafkaSink if self.exactly_once else AtLeastOnceKafkaSink
         return sink_class(settings, self.bootstrap, value_format)
 
@@ -304,7 +308,7 @@ class KafkaPipeline(PipelineCallback):
             self.checkpoints.persist(checkpoint_id)
             offsets = [tp for cut in source_checkpoints.values() for tp in cut.topic_partitions()]
             group_metadata = next(iter(self._sources.values())).consumer_group_metadata()
-            self.sink.commit_epoch(offsets, checkpoint_id, group_metadata)
+            self.sink.commit_epoch(offsets, checkpoint_metadata(checkpoint_id), group_metadata)
         except (CheckpointError, EpochAborted) as error:
             raise CheckpointAbandoned(f"checkpoint {checkpoint_id}: {error}") from error
         self.checkpoints.complete_checkpoint(checkpoint_id, True)

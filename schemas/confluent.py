@@ -103,6 +103,17 @@ class _Writer:
     parsed: ParsedSchema | None
 
 
+def _header_problem(payload: bytes | None) -> str | None:
+    if payload is None:
+        return NULL_PAYLOAD_REASON
+    if len(payload) < HEADER_SIZE:
+        return (f"payload too short for Confluent wire format: {len(payload)} byte(s), need at least "
+                f"{HEADER_SIZE} (magic byte + 4-byte schema id)")
+    if payload[0] != MAGIC_BYTE:
+        return f"wrong magic byte 0x{payload[0]:02x} (expected 0x00: not Confluent wire format)"
+    return None
+
+
 class ConfluentAvroFormat:
     """Avro in the Confluent wire format, decoded into one reader schema (see module doc)."""
 
@@ -132,17 +143,20 @@ class ConfluentAvroFormat:
         records: list[dict[str, Any]] = []
         indices: list[int] = []
         failures: list[DecodeFailure] = []
-        unknown_ids: set[int] = set()
+        writers: dict[int, _Writer | str] = {}  # this call's answer per schema id: how to read it, or why not
         for index, payload in enumerate(payloads):
-            reason = self._header_problem(payload)
-            if reason is None:
+            problem = _header_problem(payload)
+            if problem is None:
                 assert payload is not None
                 schema_id = int.from_bytes(payload[1:HEADER_SIZE], "big")
-                reason = self._read_record(payload, schema_id, unknown_ids, records)
-            if reason is None:
+                writer = writers.get(schema_id)
+                if writer is None:
+                    writer = writers[schema_id] = self._writer_or_reason(schema_id)
+                problem = writer if isinstance(writer, str) else self._read_into(records, payload, schema_id, writer)
+            if problem is None:
                 indices.append(index)
             else:
-                failures.append(DecodeFailure(index, reason))
+                failures.append(DecodeFailure(index, problem))
         if self._reader is None:  # nothing decoded yet, so no reader schema has been chosen
             return Decoded(empty_batch(pa.schema([])), indices, failures)
         return self._reader.decoded(records, indices, failures)
@@ -153,28 +167,15 @@ class ConfluentAvroFormat:
         header, codec = self._encoder
         return codec.encode_bodies(batch, prefix=header)
 
-    @staticmethod
-    def _header_problem(payload: bytes | None) -> str | None:
-        if payload is None:
-            return NULL_PAYLOAD_REASON
-        if len(payload) < HEADER_SIZE:
-            return (f"payload too short for Confluent wire format: {len(payload)} byte(s), need at least "
-                    f"{HEADER_SIZE} (magic byte + 4-byte schema id)")
-        if payload[0] != MAGIC_BYTE:
-            return f"wrong magic byte 0x{payload[0]:02x} (expected 0x00: not Confluent wire format)"
-        return None
-
-    def _read_record(self, payload: bytes, schema_id: int, unknown_ids: set[int],
-                     records: list[dict[str, Any]]) -> str | None:
-        """Append the decoded record and return None, or return why it could not be decoded."""
-        if schema_id in unknown_ids:
-            return self._unknown_id_reason(schema_id)
+    def _writer_or_reason(self, schema_id: int) -> _Writer | str:
         try:
-            writer = self._writer(schema_id)
+            return self._writer(schema_id)
         except UnknownSchemaId:
-            unknown_ids.add(schema_id)
-            return self._unknown_id_reason(schema_id)
-        assert self._reader is not None
+            return f"unknown schema id {schema_id} (not found in {self._source.description})"
+
+    def _read_into(self, records: list[dict[str, Any]], payload: bytes, schema_id: int, writer: _Writer) -> str | None:
+        """Append the payload's record and return None, or return why it could not be decoded."""
+        assert self._reader is not None  # chosen by _writer at the latest
         buffer = io.BytesIO(payload)
         buffer.seek(HEADER_SIZE)
         try:
@@ -185,9 +186,6 @@ class ConfluentAvroFormat:
         except Exception as exc:  # noqa: BLE001 - any other fastavro error means this one payload is bad
             return body_failure(exc, len(payload), f"schema id {schema_id}")
         return None
-
-    def _unknown_id_reason(self, schema_id: int) -> str:
-        return f"unknown schema id {schema_id} (not found in {self._source.description})"
 
     def _writer(self, schema_id: int) -> _Writer:
         cached = self._writers.get(schema_id)

@@ -56,9 +56,8 @@ def checkpoint_metadata(checkpoint_id: int) -> str:
     return f"{CHECKPOINT_METADATA_PREFIX}{checkpoint_id}"
 
 
-def tag_with_checkpoint(offsets: Iterable[TopicPartition], checkpoint_id: int) -> list[TopicPartition]:
-    """Offsets carrying the checkpoint id in their metadata: recovery reads the id back from Kafka."""
-    metadata = checkpoint_metadata(checkpoint_id)
+def tagged(offsets: Iterable[TopicPartition], metadata: str) -> list[TopicPartition]:
+    """Offsets carrying ``metadata`` (which names the checkpoint or batch item): recovery reads it back."""
     return [TopicPartition(tp.topic, tp.partition, tp.offset, metadata=metadata) for tp in offsets]
 
 
@@ -88,7 +87,7 @@ class Sink(Protocol):
     def begin_epoch(self) -> None: ...
     def write(self, table: pa.Table) -> int: ...
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int: ...
-    def commit_epoch(self, offsets: list[TopicPartition], checkpoint_id: int, group_metadata: object) -> None: ...
+    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None: ...
     def abort_epoch(self) -> None: ...
     def is_backpressured(self) -> bool: ...
     def close(self) -> None: ...
@@ -254,16 +253,16 @@ class TransactionalKafkaSink(KafkaWriter):
             _with_retries(self.producer.begin_transaction, "begin_transaction")
             self._in_transaction = True
 
-    def commit_epoch(self, offsets: list[TopicPartition], checkpoint_id: int, group_metadata: object) -> None:
-        """The commit point: flush, send offsets tagged with the checkpoint id, commit."""
+    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
+        """The commit point: flush, send the offsets tagged with ``metadata`` (the checkpoint id), commit."""
         self.begin_epoch()
         self.flush(self.settings.transaction_timeout_ms / 1000)
-        tagged = tag_with_checkpoint(offsets, checkpoint_id)
-        if tagged:
-            _with_retries(lambda: self.producer.send_offsets_to_transaction(tagged, group_metadata, 30),
-                          "send_offsets_to_transaction")
+        if offsets:
+            marked = tagged(offsets, metadata)
+            _with_retries(lambda: self.producer.send_offsets_to_transaction(marked, group_metadata, 30),
+                          f"send_offsets_to_transaction({metadata})")
         faults.maybe_crash("between-flush-and-commit")
-        _with_retries(lambda: self.producer.commit_transaction(60), f"commit_transaction(checkpoint {checkpoint_id})")
+        _with_retries(lambda: self.producer.commit_transaction(60), f"commit_transaction({metadata})")
         self._in_transaction = False
 
     def abort_epoch(self) -> None:
@@ -301,14 +300,13 @@ class AtLeastOnceKafkaSink(KafkaWriter):
     def begin_epoch(self) -> None:
         return None
 
-    def commit_epoch(self, offsets: list[TopicPartition], checkpoint_id: int, group_metadata: object) -> None:
+    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
         self.flush(self.settings.transaction_timeout_ms / 1000)
-        tagged = tag_with_checkpoint(offsets, checkpoint_id)
-        if tagged:
+        if offsets:
             try:
-                self._committer.commit(offsets=tagged, asynchronous=False)
+                self._committer.commit(offsets=tagged(offsets, metadata), asynchronous=False)
             except KafkaException as exc:
-                raise EpochAborted(f"committing offsets of checkpoint {checkpoint_id} failed: {exc.args[0].str()}") from exc
+                raise EpochAborted(f"committing offsets ({metadata}) failed: {exc.args[0].str()}") from exc
 
     def abort_epoch(self) -> None:
         """Records already written stay written: at-least-once readers may see them twice after a rewind."""

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import orjson
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.admin import create_topic, end_offsets
+from connectors.admin import end_offsets
 
 
 @dataclass
@@ -57,14 +58,17 @@ def write_config(directory: Path, config: dict) -> Path:
 
 
 def start_connector(config_path: Path, bootstrap: str, *, stop_at_end: bool = False,
-                    faults: str = "", log_name: str = "connector", extra_env: dict[str, str] | None = None) -> Connector:
+                    faults: str = "", log_name: str = "connector", command: Sequence[str] = ("run",),
+                    extra_args: Sequence[str] = ()) -> Connector:
+    """``epochline <command> CONFIG --bootstrap-servers B [extra_args]`` as its own process."""
     log_path = config_path.parent / f"{log_name}-{time.monotonic_ns()}.log"
-    command = [sys.executable, "-m", "engine.cli", "run", str(config_path), "--bootstrap-servers", bootstrap]
+    argv = [sys.executable, "-m", "engine.cli", *command, str(config_path), "--bootstrap-servers", bootstrap,
+            *extra_args]
     if stop_at_end:
-        command.append("--stop-at-end")
-    env = {**os.environ, "EPOCHLINE_TEST_FAULTS": faults, **(extra_env or {})}
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"), env=env,
-                               cwd=Path(__file__).parent)
+        argv.append("--stop-at-end")
+    env = {**os.environ, "EPOCHLINE_TEST_FAULTS": faults}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).parent)
     return Connector(process, log_path)
 
 

@@ -15,7 +15,6 @@ import orjson
 import pytest
 
 from connectors.admin import create_topic
-from engine.local_broker import LocalBroker, free_port
 from tests.connector_harness import (
     LiveInput,
     json_field_counts,

@@ -247,12 +247,6 @@ def test_chain_wraps_an_unexpected_exception_in_a_runtime_error_naming_the_step(
         build_chain([Broken()]).process(ORDERS_SCHEMA.empty_table(), watermark=None)
 
 
-def test_window_names_are_importable_from_the_operators_module_too() -> None:
-    from engine import operators, windows
-
-    assert (operators.WindowOperator, operators.WindowSpec) == (windows.WindowOperator, windows.WindowSpec)
-
-
 def test_chain_empty_input_has_the_validated_input_schema() -> None:
     chain = build_chain([SqlOperator("SELECT customer FROM input")])
     chain.validate(ORDERS_SCHEMA)
