@@ -25,7 +25,7 @@ from tests.connector_harness import (
 
 RECORDS = 200_000
 PARTITIONS = 4
-INPUT_SECONDS = 30.0  # the input arrives as a live stream while connectors are killed
+SECONDS_PER_KILL = 3.0  # the input streams in over about as long as the kills take
 POISON_EVERY = 25_000
 BASE_TS_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -73,8 +73,8 @@ def topics(kafka_bootstrap: str, unique_topic: str) -> dict[str, str]:
     return names
 
 
-def live_input(bootstrap: str, topic: str) -> LiveInput:
-    return LiveInput(bootstrap, topic, [order(i) for i in range(RECORDS)], PARTITIONS, INPUT_SECONDS)
+def live_input(bootstrap: str, topic: str, seconds: float) -> LiveInput:
+    return LiveInput(bootstrap, topic, [order(i) for i in range(RECORDS)], PARTITIONS, seconds)
 
 
 SQL = {"sql": "SELECT id, amount * 2 AS amount2 FROM input WHERE amount >= 0"}
@@ -93,7 +93,7 @@ def run_with_kills(config: Path, bootstrap: str, source_topic: str, kills: int, 
     """
     rng = random.Random(seed)
     faulted = 0
-    stream = live_input(bootstrap, source_topic)
+    stream = live_input(bootstrap, source_topic, kills * SECONDS_PER_KILL)
     for attempt in range(kills):
         faults = "between-flush-and-commit:0.25" if attempt % 2 else ""
         connector = start_connector(config, bootstrap, faults=faults, log_name=f"run{attempt}")
@@ -106,11 +106,12 @@ def run_with_kills(config: Path, bootstrap: str, source_topic: str, kills: int, 
     return faulted
 
 
+@pytest.mark.parametrize("kills", [10, pytest.param(40, marks=pytest.mark.slow)])
 def test_sql_pipeline_is_exactly_once_across_random_kills(kafka_bootstrap: str, topics: dict[str, str],
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, kills: int) -> None:
     config = connector_config(tmp_path, f"crash-{topics['sink']}", topics["source"], topics["sink"],
                               topics["dlq"], [SQL])
-    faulted = run_with_kills(config, kafka_bootstrap, topics["source"], kills=10, seed=7)
+    faulted = run_with_kills(config, kafka_bootstrap, topics["source"], kills=kills, seed=7 + kills)
 
     committed = json_field_counts(read_values(kafka_bootstrap, topics["sink"]), "id")
     assert committed == expected_sql_ids()
