@@ -141,6 +141,7 @@ class KafkaSource:
                                   f"exactly-once reading; it must be {required!r}")
         return {
             "auto.offset.reset": self.settings.start_from,
+            "queued.max.messages.kbytes": 32_768,  # prefetch bound: memory does not grow with topic size
             **user,
             **REQUIRED_CONSUMER_CONFIG,
             "bootstrap.servers": self.bootstrap,

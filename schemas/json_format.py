@@ -38,7 +38,7 @@ from schemas.arrow_batches import conform_batch, empty_batch, map_batch_leaves, 
 from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, EncodeError, SchemaError
 from schemas.json_wire import text_to_value, unsupported_type, value_to_text, wire_schema
 
-_MIN_BLOCK_SIZE = 1 << 20
+_MIN_BLOCK_SIZE = 1 << 16
 _ARROW_REJECTIONS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError)
 
 

@@ -71,14 +71,24 @@ def value_to_text(array: pa.Array, wire: pa.DataType) -> pa.Array:
     """Encode direction: a target-typed column to what the JSON writer should print (see module doc)."""
     kind = array.type
     if pa.types.is_timestamp(kind):
-        if kind.tz is None:
-            return pc.strftime(array, format="%Y-%m-%dT%H:%M:%S")
-        return pc.strftime(array.cast(pa.timestamp(kind.unit, tz="UTC")), format="%Y-%m-%dT%H:%M:%SZ")
+        return _timestamp_to_iso(array)
     if is_text_on_the_wire(kind):
         return array.cast(pa.string())
     if pa.types.is_floating(kind):
         return pc.if_else(pc.is_finite(array), array, pa.scalar(None, kind))
     return array
+
+
+def _timestamp_to_iso(array: pa.Array) -> pa.Array:
+    """ISO-8601 text, ``Z`` for zoned timestamps (their values are UTC instants).
+
+    Arrow's zone-aware formatting (``strftime``, or a cast of a zoned timestamp to string) looks the zone
+    up per value and costs ~3 µs a row; the cast of the same instants as a naive timestamp is ~0.1 µs
+    and prints the same UTC wall time, with a space where ISO-8601 wants ``T``.
+    """
+    text = array.cast(pa.timestamp(array.type.unit)).cast(pa.string())
+    text = pc.replace_substring(text, " ", "T", max_replacements=1)
+    return pc.binary_join_element_wise(text, "Z", "") if array.type.tz is not None else text
 
 
 def _text_to_time(array: pa.Array, target: pa.DataType) -> pa.Array:

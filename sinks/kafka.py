@@ -15,6 +15,7 @@ errors raise ``ProducerFenced``/``SinkFatal`` (the caller stops, clearly).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ class ProducerFenced(SinkError):
 
 class SinkFatal(SinkError):
     """The producer hit a fatal error and cannot be used again."""
+
+
+class ProducerWedged(SinkFatal):
+    """A librdkafka call did not return in time; the producer is abandoned, not used again."""
 
 
 def checkpoint_metadata(checkpoint_id: int) -> str:
@@ -127,6 +132,33 @@ def _with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0) -
             backoff = min(backoff * 2, 2.0)
 
 
+def _within_deadline(call: Callable[[], T], what: str, deadline_s: float) -> T:
+    """Run a blocking librdkafka call on a helper thread and give up on it after ``deadline_s``.
+
+    Why: ``send_offsets_to_transaction`` can block past its own timeout when the group coordinator
+    restarts (librdkafka issues #5456, #5511). A call that never returns would freeze the connector with
+    its transaction open, holding back every read_committed reader. Giving up raises ``ProducerWedged``:
+    the connector then restarts from the last committed checkpoint with a new producer, whose
+    ``init_transactions`` fences the wedged one.
+    """
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # handed to the caller below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, name=f"epochline-{what}", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if worker.is_alive():
+        raise ProducerWedged(f"{what} did not return within {deadline_s:.0f}s; restarting with a new producer")
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value")  # type: ignore[return-value]
+
+
 def _key_bytes(column: pa.ChunkedArray) -> list[bytes | None]:
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         return column.to_pylist()
@@ -150,6 +182,7 @@ class KafkaWriter:
             "linger.ms": 5,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": settings.max_queued_messages,
+            "queue.buffering.max.kbytes": 65_536,  # memory is bounded by these queues, not by topic size
             "compression.type": "lz4",
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
@@ -183,17 +216,21 @@ class KafkaWriter:
                      headers: list[list[tuple[str, bytes]]] | None = None) -> None:
         """Hand every record to librdkafka. The keyless, headerless case is a pipeline's hot path, so it
         calls ``produce`` with positional arguments only, which is measurably cheaper per record."""
-        if keys is None and headers is None:
-            produce = self.producer.produce
-            for value in values:
-                try:
-                    produce(topic, value)
-                except BufferError:
-                    self._produce_when_queue_frees(topic, value, None, None)
-        else:
-            for index, value in enumerate(values):
-                self._produce_when_queue_frees(topic, value, keys[index] if keys is not None else None,
-                                               headers[index] if headers is not None else None)
+        try:
+            if keys is None and headers is None:
+                produce = self.producer.produce
+                for value in values:
+                    try:
+                        produce(topic, value)
+                    except BufferError:
+                        self._produce_when_queue_frees(topic, value, None, None)
+            else:
+                for index, value in enumerate(values):
+                    self._produce_when_queue_frees(topic, value, keys[index] if keys is not None else None,
+                                                   headers[index] if headers is not None else None)
+        except KafkaException as exc:  # e.g. fenced, or no transaction open
+            what = f"produce to {topic}"
+            raise _classify(exc.args[0], what) or SinkError(f"{what}: {exc.args[0].str()}") from exc
         self.producer.poll(0)
 
     def _produce_when_queue_frees(self, topic: str, value: bytes, key: bytes | None,
@@ -242,6 +279,7 @@ class TransactionalKafkaSink(KafkaWriter):
             "transaction.timeout.ms": settings.transaction_timeout_ms,
         })
         self._in_transaction = False
+        self._wedged = False
 
     def start(self) -> None:
         """Fence every earlier instance and abort whatever it left open (``init_transactions``)."""
@@ -257,12 +295,18 @@ class TransactionalKafkaSink(KafkaWriter):
         """The commit point: flush, send the offsets tagged with ``metadata`` (the checkpoint id), commit."""
         self.begin_epoch()
         self.flush(self.settings.transaction_timeout_ms / 1000)
-        if offsets:
-            marked = tagged(offsets, metadata)
-            _with_retries(lambda: self.producer.send_offsets_to_transaction(marked, group_metadata, 30),
-                          f"send_offsets_to_transaction({metadata})")
-        faults.maybe_crash("between-flush-and-commit")
-        _with_retries(lambda: self.producer.commit_transaction(60), f"commit_transaction({metadata})")
+        try:
+            if offsets:
+                marked = tagged(offsets, metadata)
+                _with_retries(lambda: _within_deadline(
+                    lambda: self.producer.send_offsets_to_transaction(marked, group_metadata, 30),
+                    "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({metadata})")
+            faults.maybe_crash("between-flush-and-commit")
+            _with_retries(lambda: _within_deadline(lambda: self.producer.commit_transaction(60),
+                                                   "commit_transaction", 120), f"commit_transaction({metadata})")
+        except ProducerWedged:
+            self._wedged = True
+            raise
         self._in_transaction = False
 
     def abort_epoch(self) -> None:
@@ -272,7 +316,10 @@ class TransactionalKafkaSink(KafkaWriter):
         self._failed.clear()
 
     def close(self) -> None:
-        """Leave nothing open: an uncommitted epoch is aborted, not left to time out and block readers."""
+        """Leave nothing open: an uncommitted epoch is aborted, not left to time out and block readers.
+        A wedged producer is left alone: the next instance's ``init_transactions`` aborts its epoch."""
+        if self._wedged:
+            return
         try:
             self.abort_epoch()
         except SinkError as error:

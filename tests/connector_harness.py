@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors.admin import end_offsets
+from connectors.source import KafkaSource, SourceBatch
 
 
 @dataclass
@@ -130,3 +131,15 @@ def read_values(bootstrap: str, topic: str, isolation: str = "read_committed", t
 
 def json_field_counts(values: list[bytes], field: str) -> Counter:
     return Counter(orjson.loads(value)[field] for value in values)
+
+
+def read_until(source: KafkaSource, ends: Mapping[int, int], deadline_s: float = 60.0) -> list[SourceBatch]:
+    """Every batch ``source`` hands out until its position reaches ``ends`` (bounded by a deadline)."""
+    batches = []
+    deadline = time.monotonic() + deadline_s
+    while not source.reached(ends):
+        assert time.monotonic() < deadline, f"source stuck at {source.position()} before ends {ends}"
+        batch = source.poll_batch(0.5)
+        if batch is not None:
+            batches.append(batch)
+    return batches

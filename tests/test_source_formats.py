@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import decimal
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,6 +17,7 @@ from connectors.admin import create_topic, end_offsets
 from connectors.dead_letter import PoisonRecord
 from connectors.source import METADATA_COLUMNS, KafkaSource, SourceBatch, SourceSettings
 from schemas import FormatSpec, make_format
+from tests.connector_harness import read_until
 
 ROWS = 100_000
 SCHEMA_ID = 42
@@ -98,15 +98,7 @@ def produce(bootstrap: str, topic: str, values: Iterable[bytes | None]) -> None:
 
 
 def read_all(source: KafkaSource, bootstrap: str, deadline_s: float = 120.0) -> list[SourceBatch]:
-    ends = end_offsets(bootstrap, source.settings.topic)
-    deadline = time.monotonic() + deadline_s
-    batches = []
-    while not source.reached(ends):
-        assert time.monotonic() < deadline, f"source stuck at {source.position()} before ends {ends}"
-        batch = source.poll_batch(1.0)
-        if batch is not None:
-            batches.append(batch)
-    return batches
+    return read_until(source, end_offsets(bootstrap, source.settings.topic), deadline_s)
 
 
 def value_table(batches: list[SourceBatch], sort_key: str) -> pa.Table:

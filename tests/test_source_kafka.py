@@ -21,6 +21,7 @@ from connectors.source import (
 )
 from engine.local_broker import free_port
 from schemas import FormatSpec
+from tests.connector_harness import read_until
 
 RAW = FormatSpec("raw")
 
@@ -50,17 +51,6 @@ def produce_transactions(bootstrap: str, topic: str, transactions: Sequence[tupl
             producer.commit_transaction(30)
         else:
             producer.abort_transaction(30)
-
-
-def read_until(source: KafkaSource, ends: dict[int, int], deadline_s: float = 60.0) -> list[SourceBatch]:
-    batches = []
-    deadline = time.monotonic() + deadline_s
-    while not source.reached(ends):
-        assert time.monotonic() < deadline, f"source stuck at {source.position()} before ends {ends}"
-        batch = source.poll_batch(0.5)
-        if batch is not None:
-            batches.append(batch)
-    return batches
 
 
 def rows(batches: Iterable[SourceBatch], column: str = "value") -> list[tuple[int, int, object]]:
