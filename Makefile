@@ -22,5 +22,9 @@ demo: setup  ## start the local broker and run the exactly-once example pipeline
 test: setup  ## the whole default suite against a real local broker
 	$(BIN)/python -m pytest
 
+bench: setup  ## epochline vs Quix Streams vs the raw client on a private local broker (1M records)
+	$(BIN)/pip install -q -e ".[dev,bench]"
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .epochline

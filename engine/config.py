@@ -139,7 +139,7 @@ class ConnectorConfig(_Strict):
     sink: SinkConfig
     dead_letter: DeadLetterConfig | None = None
     late_rows: Literal["drop", "dead-letter"] = "dead-letter"
-    on_transform_error: Literal["halt", "dead-letter"] = "halt"
+    on_transform_error: Literal["halt", "dead-letter"] | None = None  # default: by sink.delivery
     checkpoint: CheckpointConfig = CheckpointConfig()
     batch: BatchConfig = BatchConfig()
     metrics_port: int | None = None
@@ -159,7 +159,7 @@ class ConnectorConfig(_Strict):
             reason for reason, wanted in (
                 ("source.on_error: dead-letter", self.source.on_error == "dead-letter"),
                 ("late_rows: dead-letter", self.late_rows == "dead-letter"),
-                ("on_transform_error: dead-letter", self.on_transform_error == "dead-letter"),
+                ("on_transform_error: dead-letter", self.transform_errors == "dead-letter"),
             ) if wanted
         ]
         if needs_topic and self.dead_letter is None:
@@ -176,6 +176,14 @@ class ConnectorConfig(_Strict):
         if self.sink.transaction_timeout > 900_000:
             raise ValueError("sink.transaction_timeout exceeds the broker default transaction.max.timeout.ms (15m)")
         return self
+
+    @property
+    def transform_errors(self) -> Literal["halt", "dead-letter"]:
+        """What a failing transform does: exactly-once halts (after one recovery, in case the failure was
+        transient); at-least-once dead-letters the cycle's rows and goes on, unless configured otherwise."""
+        if self.on_transform_error is not None:
+            return self.on_transform_error
+        return "halt" if self.sink.delivery == "exactly-once" else "dead-letter"
 
     @property
     def state_dir(self) -> Path:

@@ -189,7 +189,7 @@ class LocalBroker:
     """One local Kafka broker whose files (config, KRaft logs, PID, broker log) live in ``data_dir``."""
 
     def __init__(self, data_dir: Path | str = DEFAULT_DATA_DIR) -> None:
-        self.data_dir = Path(data_dir).absolute()
+        self.data_dir = Path(data_dir).resolve()  # one spelling per dir, so the PID check never misses
 
     @property
     def _state_file(self) -> Path:

@@ -275,7 +275,7 @@ class KafkaPipeline(PipelineCallback):
             return self.chain.process(table if table is not None else self.chain.empty_input(), watermark)
         except OperatorRuntimeError as error:
             self.metrics.cycle_failed()
-            if not self.exactly_once and table is not None:
+            if not self.fault_on_cycle_error():
                 for batch in source_batches:
                     self._pending_dead_letters += self._dead_letters_from_rows(
                         batch.source, batch.batch, f"transform failed: {error}", "transform")
@@ -292,7 +292,8 @@ class KafkaPipeline(PipelineCallback):
         self.metrics.records_out(written)
 
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None:
-        self.metrics.record_cycle(records_in=events, batches=batches, elapsed_ns=elapsed_ns)
+        self.metrics.record_cycle(records_in=events, batches=batches, elapsed_ns=elapsed_ns,
+                                  phase_ns=self.chain.last_cycle_ns)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def reserve_checkpoint_attempt(self) -> CheckpointAttempt:
@@ -355,7 +356,7 @@ class KafkaPipeline(PipelineCallback):
         return self.sink.is_backpressured()
 
     def fault_on_cycle_error(self) -> bool:
-        return self.exactly_once
+        return self.config.transform_errors == "halt"
 
     def take_pipeline_halt(self) -> str | None:
         if self._faults_since_commit >= 2:

@@ -188,7 +188,7 @@ def test_batch_job_killed_at_random_points_resumes_to_exactly_once_output(
     final = start_batch_job(config, kafka_bootstrap, "nightly", "", "final")
     assert final.wait(120) == 0, final.log_tail()
 
-    assert killed_while_running >= 5, "the SIGKILLs did not land while the job was running"
+    assert killed_while_running >= 3, "the SIGKILLs did not land while the job was running"
     logs = "".join(path.read_text(errors="replace") for path in tmp_path.glob("*.log"))
     assert '"item reconciled: its transaction committed"' in logs
     assert '"item did not commit: running it again"' in logs

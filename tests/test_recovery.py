@@ -18,6 +18,7 @@ from tests.connector_harness import (
     start_connector,
     write_config,
 )
+from tests.transforms_for_tests import POISON_ID
 
 RECORDS = 60_000
 PARTITIONS = 3
@@ -32,7 +33,7 @@ def slow_config(tmp_path: Path, name: str, source: str, sink: str, delivery: str
     return write_config(tmp_path, {
         "name": name,
         "source": {"topic": source, "format": "json", "max_batch_records": 200},
-        "transform": [{"python": "slow_transform:slow"}, {"sql": "SELECT id, amount FROM input"}],
+        "transform": [{"python": "transforms_for_tests:slow"}, {"sql": "SELECT id, amount FROM input"}],
         "sink": {"topic": sink, "format": "json", "delivery": delivery},
         "dead_letter": {"topic": f"{sink}-dlq"},
         "checkpoint": {"interval": "500ms", "dir": str(tmp_path / "state")},
@@ -106,3 +107,37 @@ def test_an_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
     connector = start_connector(config, f"127.0.0.1:{free_port()}", stop_at_end=True, log_name="unreachable")
     assert connector.wait(120) == 2
     assert "unreachable" in connector.log_path.read_text()
+
+
+def poison_config(tmp_path: Path, name: str, source: str, sink: str, **extra: object) -> Path:
+    return write_config(tmp_path, {
+        "name": name,
+        "source": {"topic": source, "format": "json", "max_batch_records": 1000},
+        "transform": [{"python": "transforms_for_tests:fail_on_poison"}],
+        "sink": {"topic": sink, "format": "json"},
+        "dead_letter": {"topic": f"{sink}-dlq"},
+        "checkpoint": {"interval": "1s", "dir": str(tmp_path / "state")},
+        **extra,
+    })
+
+
+def test_a_poison_input_halts_an_exactly_once_connector_without_committing_it(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    source, sink = prepare_topics(kafka_bootstrap, unique_topic)
+    connector = start_connector(poison_config(tmp_path, f"poison-{unique_topic}", source, sink), kafka_bootstrap,
+                                stop_at_end=True, log_name="poison")
+    assert connector.wait(120) == 2
+    assert "halting without committing" in connector.log_path.read_text()
+    assert POISON_ID not in json_field_counts(read_values(kafka_bootstrap, sink), "id")
+
+
+def test_transform_errors_can_be_dead_lettered_instead(kafka_bootstrap: str, unique_topic: str,
+                                                      tmp_path: Path) -> None:
+    source, sink = prepare_topics(kafka_bootstrap, unique_topic)
+    config = poison_config(tmp_path, f"poison-dlq-{unique_topic}", source, sink, on_transform_error="dead-letter")
+    connector = start_connector(config, kafka_bootstrap, stop_at_end=True, log_name="poison-dlq")
+    assert connector.wait(120) == 0, connector.log_tail()
+    written = json_field_counts(read_values(kafka_bootstrap, sink), "id")
+    dead = json_field_counts(read_values(kafka_bootstrap, f"{sink}-dlq"), "id")
+    assert POISON_ID in dead and POISON_ID not in written
+    assert written + dead == Counter(range(RECORDS))
