@@ -13,7 +13,7 @@ class TopicAdminError(RuntimeError):
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None,
                  timeout: float = 30.0) -> None:
     """Create ``topic`` and wait for the broker to confirm it; an existing topic is left as it is."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # warnings and worse
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                                   operation_timeout=timeout, request_timeout=timeout)
     try:
@@ -25,7 +25,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[s
 
 def partitions_of(bootstrap: str, topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partition ids; a missing topic is an error that names it."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # warnings and worse
     try:
         metadata = admin.list_topics(topic, timeout=timeout)
     except KafkaException as error:

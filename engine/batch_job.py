@@ -69,14 +69,13 @@ from engine.batch_store import (
 from engine.checkpoints import write_atomically
 from engine.config import ConnectorConfig, load_config
 from engine.operators import OperatorRuntimeError
-from engine.pipeline import build_chain_for, input_schema, sink_settings, source_settings
+from engine.pipeline import SOURCE_NAME, build_chain_for, input_schema, sink_settings, source_settings
 from engine.runner import bootstrap_from
 from schemas import make_format
 from sinks.kafka import EpochAborted, SinkError, TransactionalKafkaSink
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAME = "source"
 PLAN_FORMAT = 1
 ITEM_METADATA_PREFIX = "epochline:batch="
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")

@@ -68,6 +68,7 @@ from sinks.kafka import (
 log = logging.getLogger(__name__)
 
 WATERMARK_STATE_PREFIX = "watermarks/"
+SOURCE_NAME = "source"  # the config's source; streams added while running bring their own names
 
 
 class RecoveryError(RuntimeError):
@@ -151,7 +152,7 @@ class KafkaPipeline(PipelineCallback):
                                                  CheckpointIdLog(config.state_dir / "ids.log"))
         self.chain = build_chain_for(config)
         self.sink = self._build_sink()
-        self._source_settings = {"source": source_settings(config, config.source, "source")}
+        self._source_settings = {SOURCE_NAME: source_settings(config, config.source, SOURCE_NAME)}
         self._sources: dict[str, KafkaSource] = {}
         self._committed_id: int | None = None
         self._committed_cuts: dict[str, SourceCheckpoint] = {}
@@ -227,7 +228,7 @@ class KafkaPipeline(PipelineCallback):
     @staticmethod
     def end_offsets_of(config: ConnectorConfig, bootstrap: str) -> dict[str, dict[int, int]]:
         """Per source, the partition end offsets now: where ``--stop-at-end`` stops."""
-        return {"source": end_offsets(bootstrap, config.source.topic)}
+        return {SOURCE_NAME: end_offsets(bootstrap, config.source.topic)}
 
     # -- one cycle ---------------------------------------------------------------------------------
     def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
@@ -263,8 +264,10 @@ class KafkaPipeline(PipelineCallback):
         self._sources[source].observe_event_times(batch.batch)
 
     def current_watermark(self) -> int | None:
+        """The minimum over sources; None until every source has one (a silent source holds it back)."""
         marks = [source.watermarks.current() for source in self._sources.values()]
-        return None if any(mark is None for mark in marks) or not marks else min(marks)
+        known = [mark for mark in marks if mark is not None]
+        return min(known) if known and len(known) == len(marks) else None
 
     def execute_cycle(self, source_batches: Sequence[SourceBatch], watermark: int | None) -> pa.Table | None:
         batches = [b.batch for b in source_batches if b.batch.num_rows]

@@ -83,7 +83,7 @@ def _requested_backend(config: pytest.Config) -> Backend:
     if chosen not in ("embedded", "container"):
         raise pytest.UsageError(f"kafka backend must be 'embedded' or 'container', got {chosen!r} "
                                 f"(from --kafka-backend, ${BACKEND_ENV} or the kafka_backend ini option)")
-    return chosen
+    return "container" if chosen == "container" else "embedded"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
