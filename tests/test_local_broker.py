@@ -9,7 +9,16 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from connectors.admin import create_topic
-from engine.local_broker import BrokerAlreadyRunning, LocalBroker, PortInUse, free_port
+from engine.local_broker import (
+    BrokerAlreadyRunning,
+    BrokerError,
+    LocalBroker,
+    PortInUse,
+    ToolMissing,
+    fetch_kafka_jars,
+    free_port,
+    kafka_classpath,
+)
 
 
 def _read_all(bootstrap: str, topic: str, isolation: str, expected_at_least: int) -> list[bytes]:
@@ -83,3 +92,23 @@ def test_start_on_a_taken_port_names_the_port(tmp_path: Path, kafka_bootstrap: s
 def test_stop_without_a_broker_reports_nothing_running(tmp_path: Path) -> None:
     assert LocalBroker(tmp_path / "none").stop() is False
     assert os.path.exists(tmp_path)
+
+
+def test_missing_java_is_named_with_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolMissing, match="'java' was not found.*apt-get install"):
+        LocalBroker(tmp_path / "broker").start(port=free_port())
+
+
+def test_missing_maven_is_named_when_the_jars_are_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("EPOCHLINE_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("KAFKA_HOME", raising=False)
+    with pytest.raises(ToolMissing, match="'mvn' was not found"):
+        fetch_kafka_jars()
+
+
+def test_kafka_home_without_kafka_jars_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_HOME", str(tmp_path))
+    with pytest.raises(BrokerError, match="KAFKA_HOME"):
+        kafka_classpath()
