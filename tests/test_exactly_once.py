@@ -95,7 +95,7 @@ def run_with_kills(config: Path, bootstrap: str, source_topic: str, kills: int, 
     faulted = 0
     stream = live_input(bootstrap, source_topic, kills * SECONDS_PER_KILL)
     for attempt in range(kills):
-        faults = "between-flush-and-commit:0.25" if attempt % 2 else ""
+        faults = "between-flush-and-commit:0.4" if attempt % 2 else ""
         connector = start_connector(config, bootstrap, faults=faults, log_name=f"run{attempt}")
         time.sleep(rng.uniform(2.5, 6.0))  # start-up (imports, init_transactions) takes ~1.5 s
         connector.kill()
