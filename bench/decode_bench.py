@@ -2,7 +2,7 @@
 
     python bench/decode_bench.py [--records 1000000] [--batch-size 10000]
 
-Records follow examples/schemas/event.avsc / event.schema.json (id long, user string, amount double,
+Records follow examples/schema-files/event.avsc / event.schema.json (id long, user string, amount double,
 ts timestamp, country string, flag boolean, session uuid string, note nullable string). Payloads are made
 by each format's own encoder, then decoded in batches of ``--batch-size`` as a Kafka source would. Two
 alternatives are measured beside the chosen JSON paths, so the choice stays justified by numbers:
@@ -31,8 +31,8 @@ from schemas import FormatSpec, make_format
 from schemas.avro_arrow import load_avro_schema
 from schemas.base import Format
 
-EVENT_AVSC = ROOT / "examples" / "schemas" / "event.avsc"
-EVENT_JSON_SCHEMA = ROOT / "examples" / "schemas" / "event.schema.json"
+EVENT_AVSC = ROOT / "examples" / "schema-files" / "event.avsc"
+EVENT_JSON_SCHEMA = ROOT / "examples" / "schema-files" / "event.schema.json"
 COUNTRIES = ["DE", "FR", "US", "GB", "NL", "SE", "JP", "BR"]
 
 

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -223,21 +223,6 @@ def kafka_id(config: ConnectorConfig, tenant: str, batch_id: str) -> str:
     fences the one it replaces at ``init_transactions``, and the group's committed offsets witness which
     items committed. ``:`` cannot occur in the parts, so distinct triples never share an id."""
     return f"epochline-batch:{tenant}:{config.name}:{batch_id}"
-
-
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: list[int],
-                      timeout: float = 30.0) -> dict[int, int]:
-    """The offsets ``group`` committed for ``topic`` (partitions without a commit are left out)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    try:
-        answered = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout)
-    except KafkaException as error:
-        raise BatchJobError(f"committed offsets of group {group!r} on topic {topic!r} unavailable on "
-                            f"{bootstrap}: {error}") from error
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in answered if tp.offset >= 0}
 
 
 def store_url_for(config: ConnectorConfig, override: str | None = None) -> str:
@@ -526,13 +511,14 @@ class BatchJob:
         was run before against another store (or a deleted one), and running its items again would
         duplicate their output."""
         group = kafka_id(self.config, self.options.tenant, self.batch_id)
-        partitions = sorted({item.partition for item in plan.items})
-        committed = committed_offsets(self.options.bootstrap, group, plan.topic, partitions) if partitions else {}
-        if committed:
+        settings = source_settings(self.config, self.config.source, SOURCE_NAME)
+        with KafkaSource(settings, self.options.bootstrap, group) as source:
+            committed, _ = source.committed()
+        if committed is not None:
             raise BatchJobError(
                 f"batch {self.batch_id!r} is not in the store, but consumer group {group!r} already committed "
-                f"offsets {committed} on topic {plan.topic!r}: it ran before against another (or a deleted) "
-                "store; use that store, or a new batch id")
+                f"offsets {dict(committed.offsets)} on topic {plan.topic!r}: it ran before against another (or a "
+                "deleted) store; use that store, or a new batch id")
 
     def run(self, progress: BatchProgress | None = None) -> BatchSummary:
         progress = progress or _NoProgress()

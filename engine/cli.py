@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from connectors.admin import TopicAdminError
+from connectors.source import SourceError
 from engine import batch_job
 from engine.batch_store import BatchStoreError
 from engine.config import ConfigError, load_config
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except (BrokerError, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError, TopicAdminError,
-            BatchStoreError, batch_job.BatchJobError) as error:
+            BatchStoreError, batch_job.BatchJobError, SourceError) as error:
         print(f"epochline: {error}", file=sys.stderr)
         return 2
 

@@ -241,6 +241,16 @@ def read_topic(bootstrap: str, topic: str, format_spec: FormatSpec, isolation: I
     filtered by the broker and records of open ones are not waited for. A record the format cannot decode
     is an error naming its partition and offset.
     """
+    return _decode(_read_records(bootstrap, topic, isolation, timeout), topic, format_spec)
+
+
+def read_values(bootstrap: str, topic: str, isolation: Isolation = "read_committed",
+                timeout: float = 60.0) -> list[bytes | None]:
+    """The raw values ``read_topic`` would decode, in partition then offset order."""
+    return [record.value for record in _read_records(bootstrap, topic, isolation, timeout)]
+
+
+def _read_records(bootstrap: str, topic: str, isolation: Isolation, timeout: float) -> list[_Record]:
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"epochline-testing-{uuid.uuid4().hex}",
@@ -252,10 +262,9 @@ def read_topic(bootstrap: str, topic: str, format_spec: FormatSpec, isolation: I
     })
     try:
         ends = _end_offsets(consumer, bootstrap, topic, timeout)
-        records = _consume_until_ends(consumer, topic, ends, timeout)
+        return _consume_until_ends(consumer, topic, ends, timeout)
     finally:
         consumer.close()
-    return _decode(records, topic, format_spec)
 
 
 def _end_offsets(consumer: Consumer, bootstrap: str, topic: str, timeout: float) -> dict[int, int]:
@@ -283,17 +292,15 @@ def _consume_until_ends(consumer: Consumer, topic: str, ends: dict[int, int], ti
     pending = dict(ends)
     deadline = time.monotonic() + timeout
     while pending:
-        message = consumer.poll(0.2)
-        if message is None:
-            pass
-        elif message.error() is None:
-            if message.offset() < ends[message.partition()]:
-                records.append(_Record(message.partition(), message.offset(), message.value()))
-        elif message.error().code() == KafkaError._PARTITION_EOF:
-            if message.offset() >= pending.get(message.partition(), 0):
-                pending.pop(message.partition(), None)
-        else:
-            raise ReadFailed(f"reading {topic} partition {message.partition()} failed: {message.error()}")
+        for message in consumer.consume(10_000, 0.2):
+            if message.error() is None:
+                if message.offset() < ends[message.partition()]:
+                    records.append(_Record(message.partition(), message.offset(), message.value()))
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                if message.offset() >= pending.get(message.partition(), 0):
+                    pending.pop(message.partition(), None)
+            else:
+                raise ReadFailed(f"reading {topic} partition {message.partition()} failed: {message.error()}")
         for partition, position in _positions(consumer, topic, pending).items():
             if position >= pending[partition]:
                 del pending[partition]

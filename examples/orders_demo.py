@@ -17,9 +17,10 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from connectors.admin import create_topic, end_offsets
+from connectors.admin import create_topic
+from engine.testing import read_values
 
 MALFORMED_EVERY = 10_000
 
@@ -49,29 +50,11 @@ def generate(bootstrap: str, topic: str, count: int) -> None:
     producer.flush(60)
 
 
-def read_committed(bootstrap: str, topic: str) -> list[bytes]:
-    ends = end_offsets(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "orders-demo-verify",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    done = {p for p, end in ends.items() if end == 0}
-    values: list[bytes] = []
-    while len(done) < len(ends):
-        for message in consumer.consume(10_000, 1.0):
-            if message.error():
-                done.add(message.partition())  # partition EOF: the end, markers included
-            else:
-                values.append(message.value())
-    consumer.close()
-    return values
-
-
 def verify(bootstrap: str, output: str, dead_letter: str, count: int) -> bool:
-    got = Counter(orjson.loads(v)["id"] for v in read_committed(bootstrap, output))
+    got = Counter(orjson.loads(v)["id"] for v in read_values(bootstrap, output))
     want = expected_ids(count)
     malformed = count // MALFORMED_EVERY
-    dead = read_committed(bootstrap, dead_letter)
+    dead = read_values(bootstrap, dead_letter)
     duplicates = sum(n - 1 for n in got.values() if n > 1)
     missing = sum((want - got).values())
     print(f"output {sum(got.values())} records (expected {sum(want.values())}): "

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,9 +20,8 @@ from pathlib import Path
 
 import orjson
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from connectors.admin import end_offsets
 from connectors.source import KafkaSource, SourceBatch
 
 
@@ -105,30 +105,6 @@ class LiveInput:
         assert not self._thread.is_alive(), "the input producer did not finish"
 
 
-def read_values(bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 60) -> list[bytes]:
-    """Every value in ``topic`` up to its current end, judged by partition EOF (markers included)."""
-    ends = end_offsets(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"harness-{time.monotonic_ns()}",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, partition, 0) for partition in ends])
-    done = {partition for partition, end in ends.items() if end == 0}
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(done) < len(ends):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"reading {topic} did not reach its end in {timeout}s")
-            for message in consumer.consume(10_000, 0.5):
-                if message.error():
-                    done.add(message.partition())
-                else:
-                    values.append(message.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def json_field_counts(values: list[bytes], field: str) -> Counter:
     return Counter(orjson.loads(value)[field] for value in values)
 
@@ -143,3 +119,16 @@ def read_until(source: KafkaSource, ends: Mapping[int, int], deadline_s: float =
         if batch is not None:
             batches.append(batch)
     return batches
+
+
+def produce_transactions(bootstrap: str, topic: str, transactions: Sequence[tuple[list[bytes], bool]],
+                         partitions: int) -> None:
+    """Each (values, commit) as one transaction, round-robin over the partitions; aborted when not commit."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"input-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    for values, commit in transactions:
+        producer.begin_transaction()
+        for index, value in enumerate(values):
+            producer.produce(topic, value, partition=index % partitions)
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)

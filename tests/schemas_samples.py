@@ -1,4 +1,4 @@
-"""Sample data for the schemas tests: rows covering every type of examples/schemas/all_types.avsc."""
+"""Sample data for the schemas tests: rows covering every type of examples/schema-files/all_types.avsc."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-ALL_TYPES_AVSC = Path(__file__).resolve().parent.parent / "examples" / "schemas" / "all_types.avsc"
+ALL_TYPES_AVSC = Path(__file__).resolve().parent.parent / "examples" / "schema-files" / "all_types.avsc"
 FIELDS_WITHOUT_JSON_FORM = ("by", "digest", "scores")  # bytes, fixed and map: Avro-only
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 

@@ -26,11 +26,12 @@ from engine.batch_job import BatchItem, BatchPlan, split_into_items, store_url_f
 from engine.batch_store import BatchStore, Outcome, open_batch_store
 from engine.cli import main
 from engine.config import load_config
+from engine.testing import read_values
 from tests.connector_harness import (
     Connector,
     json_field_counts,
+    produce_transactions,
     produce_values,
-    read_values,
     start_connector,
     write_config,
 )
@@ -112,18 +113,6 @@ def frozen_plan(config: Path, batch_id: str, tenant: str = "default") -> BatchPl
     return BatchPlan.from_json(path.read_bytes(), path)
 
 
-def write_transactions(bootstrap: str, topic: str, transactions: list[tuple[list[bytes], bool]]) -> None:
-    """Each (values, commit) as one transaction, round-robin over the partitions; aborted when not commit."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"input-{uuid.uuid4().hex}"})
-    producer.init_transactions(30)
-    for values, commit in transactions:
-        producer.begin_transaction()
-        for index, value in enumerate(values):
-            producer.produce(topic, value, partition=index % PARTITIONS)
-        producer.flush(30)
-        (producer.commit_transaction if commit else producer.abort_transaction)(30)
-
-
 # -- the plan --------------------------------------------------------------------------------------------
 
 
@@ -161,11 +150,11 @@ def write_crash_input(bootstrap: str, topic: str) -> None:
     plain = int(RECORDS * 0.8)
     produce_values(bootstrap, topic, [order(i) for i in range(plain)], PARTITIONS)
     half = plain + (RECORDS - plain) // 2
-    write_transactions(bootstrap, topic, [
+    produce_transactions(bootstrap, topic, [
         ([order(i) for i in range(plain, half)], True),
         ([order(i) for i in ABORTED_IDS], False),
         ([order(i) for i in range(half, RECORDS)], True),
-    ])
+    ], PARTITIONS)
 
 
 def test_batch_job_killed_at_random_points_resumes_to_exactly_once_output(

@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from connectors.admin import create_topic
+from engine.testing import read_values
 from tests.connector_harness import (
     LiveInput,
     json_field_counts,
-    read_values,
     start_connector,
     write_config,
 )

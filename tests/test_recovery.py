@@ -11,10 +11,10 @@ import orjson
 
 from connectors.admin import create_topic
 from engine.local_broker import LocalBroker, free_port
+from engine.testing import read_values
 from tests.connector_harness import (
     json_field_counts,
     produce_values,
-    read_values,
     start_connector,
     write_config,
 )

@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from connectors.admin import create_topic
 from connectors.dead_letter import DeadLetter
+from engine.testing import read_values
 from schemas import FormatSpec, make_format
 from sinks.kafka import (
     EpochAborted,
@@ -25,7 +26,6 @@ from sinks.kafka import (
     checkpoint_id_from_metadata,
     checkpoint_metadata,
 )
-from tests.connector_harness import read_values
 
 
 def sink_for(bootstrap: str, topic: str, **settings: object) -> TransactionalKafkaSink:

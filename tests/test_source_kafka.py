@@ -21,7 +21,7 @@ from connectors.source import (
 )
 from engine.local_broker import free_port
 from schemas import FormatSpec
-from tests.connector_harness import read_until
+from tests.connector_harness import produce_transactions, read_until
 
 RAW = FormatSpec("raw")
 
@@ -36,21 +36,6 @@ def produce(bootstrap: str, topic: str, values: Iterable[bytes | None], partitio
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0
-
-
-def produce_transactions(bootstrap: str, topic: str, transactions: Sequence[tuple[list[bytes], bool]]) -> None:
-    """Each (values, commit) becomes one transaction, committed or aborted."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
-    producer.init_transactions(30)
-    for values, commit in transactions:
-        producer.begin_transaction()
-        for i, value in enumerate(values):
-            producer.produce(topic, value, key=str(i).encode())
-        producer.flush(30)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
 
 
 def rows(batches: Iterable[SourceBatch], column: str = "value") -> list[tuple[int, int, object]]:
@@ -122,7 +107,7 @@ def test_restored_checkpoint_reads_the_rest_without_gaps_or_repeats_across_trans
         kafka_bootstrap: str, unique_topic: str, group: str) -> None:
     create_topic(kafka_bootstrap, unique_topic, partitions=3)
     transactions = [([f"{t}-{i}".encode() for i in range(300)], t % 3 != 1) for t in range(8)]
-    produce_transactions(kafka_bootstrap, unique_topic, transactions)
+    produce_transactions(kafka_bootstrap, unique_topic, transactions, partitions=3)
     committed_values = sorted(v for values, commit in transactions if commit for v in values)
     ends = end_offsets(kafka_bootstrap, unique_topic)
     settings = raw_settings(unique_topic, max_batch_records=100)
@@ -145,7 +130,7 @@ def test_restored_checkpoint_reads_the_rest_without_gaps_or_repeats_across_trans
 def test_reached_does_not_hang_when_the_topic_ends_in_transaction_markers(
         kafka_bootstrap: str, unique_topic: str, group: str) -> None:
     create_topic(kafka_bootstrap, unique_topic, partitions=1)
-    produce_transactions(kafka_bootstrap, unique_topic, [([b"kept"], True), ([b"gone"] * 5, False)])
+    produce_transactions(kafka_bootstrap, unique_topic, [([b"kept"], True), ([b"gone"] * 5, False)], partitions=1)
     ends = end_offsets(kafka_bootstrap, unique_topic)
     assert ends == {0: 8}, "1 record + commit marker + 5 aborted records + abort marker"
     with KafkaSource(raw_settings(unique_topic), kafka_bootstrap, group) as source:
@@ -158,7 +143,7 @@ def test_reached_does_not_hang_when_the_topic_ends_in_transaction_markers(
 def test_restore_at_the_end_offset_past_markers_is_immediately_reached(
         kafka_bootstrap: str, unique_topic: str, group: str) -> None:
     create_topic(kafka_bootstrap, unique_topic, partitions=1)
-    produce_transactions(kafka_bootstrap, unique_topic, [([b"a", b"b"], True)])
+    produce_transactions(kafka_bootstrap, unique_topic, [([b"a", b"b"], True)], partitions=1)
     ends = end_offsets(kafka_bootstrap, unique_topic)
     with KafkaSource(raw_settings(unique_topic), kafka_bootstrap, group) as source:
         source.open(start_at=SourceCheckpoint("src", unique_topic, ends))
