@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup kafka demo test bench clean
+.PHONY: setup kafka demo lint test bench clean
 
 $(BIN)/epochline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,13 +14,17 @@ $(BIN)/epochline: pyproject.toml
 setup: $(BIN)/epochline
 
 kafka: setup  ## fetch the Kafka jars from Maven Central (cached)
-	$(BIN)/python -c "from engine.local_broker import fetch_kafka_jars; print(fetch_kafka_jars())"
+	$(BIN)/python -c "from engine.testing.local_broker import fetch_kafka_jars; print(fetch_kafka_jars())"
 
 demo: setup  ## start the local broker and run the exactly-once example pipeline on it
 	bash examples/quickstart.sh
 
+lint: setup  ## ruff (lint + import order) over the tree, mypy --strict over the library packages
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
 test: setup  ## the whole default suite against a real local broker
-	$(BIN)/python -m pytest
+	$(BIN)/pytest
 
 bench: setup  ## epochline vs Quix Streams vs the raw client on a private local broker (1M records)
 	$(BIN)/pip install -q -e ".[dev,bench]"

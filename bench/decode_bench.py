@@ -24,12 +24,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from schemas import FormatSpec, make_format
 from schemas.avro_arrow import load_avro_schema
 from schemas.base import Format
+
+ROOT = Path(__file__).resolve().parent.parent
 
 EVENT_AVSC = ROOT / "examples" / "schema-files" / "event.avsc"
 EVENT_JSON_SCHEMA = ROOT / "examples" / "schema-files" / "event.schema.json"

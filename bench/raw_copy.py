@@ -24,6 +24,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from connectors.admin import watermark_offsets
+from sinks import produce_waiting
+
 # A group's coordinator moves or loads right after the broker starts; librdkafka does not flag these
 # errors as retriable for committed(), but they clear within seconds.
 COORDINATOR_NOT_READY = {
@@ -60,24 +63,13 @@ def _committed(consumer: Consumer, partitions: list[TopicPartition], timeout: fl
 
 def _end_offsets(consumer: Consumer, partitions: list[TopicPartition]) -> dict[int, int]:
     """Last stable offsets (the consumer reads ``read_committed``), captured once at start."""
-    return {tp.partition: consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in partitions}
+    offsets = watermark_offsets(consumer, partitions[0].topic, [tp.partition for tp in partitions])
+    return {partition: end for partition, (_, end) in offsets.items()}
 
 
 def _reached(consumer: Consumer, partitions: list[TopicPartition], ends: dict[int, int]) -> bool:
     """True when every partition's position is at or past its end; positions skip transaction markers."""
-    for tp in consumer.position(partitions):
-        if ends[tp.partition] > 0 and tp.offset < ends[tp.partition]:
-            return False
-    return True
-
-
-def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, partition=partition)
-            return
-        except BufferError:
-            producer.poll(0.01)
+    return all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in consumer.position(partitions))
 
 
 def _commit(producer: Producer, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -112,7 +104,8 @@ def copy(args: argparse.Namespace) -> None:
         for message in consumer.consume(num_messages=10_000, timeout=0.1):
             if message.error() is not None:
                 raise CopyStopped(f"consuming {args.input} partition {message.partition()}: {message.error()}")
-            _produce(producer, args.output, message.partition(), message.key(), message.value())
+            produce_waiting(producer, args.output, message.value(), message.key(), partition=message.partition(),
+                            wait_s=0.01)
         producer.poll(0)
         if ends is not None and _reached(consumer, partitions, ends):
             break

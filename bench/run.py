@@ -4,7 +4,7 @@ loop (the Python ceiling) and kcat (the client-side ceiling), each in its own pr
 
     python bench/run.py [--records 1000000] [--format json|avro] [--only NAME ...] [--bootstrap HOST:PORT]
 
-Without ``--bootstrap`` a private broker (engine.local_broker.LocalBroker) is started in a temp dir on a
+Without ``--bootstrap`` a private broker (engine.testing.local_broker.LocalBroker) is started in a temp dir on a
 free port and stopped at the end. Every run's output is verified under ``read_committed`` (each expected
 id exactly once) before its numbers count; the measurement methods are described in bench/measure.py.
 Results: one table on stdout and ``bench/results/<timestamp>-<format>.json``.
@@ -64,8 +64,8 @@ from bench.workload import (
     write_schema_files,
 )
 from connectors.admin import TopicAdminError, create_topic, partitions_of
-from engine.local_broker import LocalBroker, free_port
 from engine.logs import configure_logging
+from engine.testing.local_broker import LocalBroker, free_port
 
 log = logging.getLogger(__name__)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -21,6 +21,8 @@ import fastavro
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
 
+from sinks import produce_waiting
+
 log = logging.getLogger(__name__)
 
 FORMATS = ("json", "avro")
@@ -170,16 +172,6 @@ def new_producer(bootstrap: str, extra: dict[str, object] | None = None) -> Prod
     return Producer({"bootstrap.servers": bootstrap, "log_level": 4, **INPUT_PRODUCER_CONFIG, **(extra or {})})
 
 
-def _produce(producer: Producer, topic: str, value: bytes, on_delivery: Callable) -> None:
-    """Produce one value, waiting for queue space instead of failing when the local queue is full."""
-    while True:
-        try:
-            producer.produce(topic, value=value, on_delivery=on_delivery)
-            return
-        except BufferError:
-            producer.poll(0.05)
-
-
 def _flush(producer: Producer, deliveries: _Deliveries, expected: int, topic: str, timeout: float) -> None:
     remaining = producer.flush(timeout)
     if remaining or deliveries.first_error is not None or deliveries.delivered != expected:
@@ -204,7 +196,7 @@ def generate_input(bootstrap: str, topic: str, records: int, format_name: str, s
             expected_ids.add(record_id)
         value = encode(row)
         input_bytes += len(value)
-        _produce(producer, topic, value, deliveries)
+        produce_waiting(producer, topic, value, on_delivery=deliveries)
         if record_id % 10_000 == 0:
             producer.poll(0)
     _flush(producer, deliveries, records, topic, timeout=120.0)

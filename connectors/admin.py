@@ -1,19 +1,24 @@
-"""Topic administration the connectors and tests share: create topics, read partition end offsets."""
+"""Topic administration the connectors, batch jobs and tests share: create topics, describe them, and read
+partition offsets. Every partition start/end offset look-up in epochline goes through ``watermark_offsets``.
+"""
 
 from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports without declaring it
+
+_QUIET = 4  # librdkafka log level: warnings and worse
 
 
 class TopicAdminError(RuntimeError):
-    """A topic could not be created or described."""
+    """A topic could not be created or described, or its offsets could not be read."""
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None,
                  timeout: float = 30.0) -> None:
     """Create ``topic`` and wait for the broker to confirm it; an existing topic is left as it is."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # warnings and worse
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": _QUIET})
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                                   operation_timeout=timeout, request_timeout=timeout)
     try:
@@ -25,7 +30,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[s
 
 def partitions_of(bootstrap: str, topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partition ids; a missing topic is an error that names it."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # warnings and worse
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": _QUIET})
     try:
         metadata = admin.list_topics(topic, timeout=timeout)
     except KafkaException as error:
@@ -37,15 +42,30 @@ def partitions_of(bootstrap: str, topic: str, timeout: float = 30.0) -> list[int
     return sorted(described.partitions)
 
 
-def end_offsets(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, int]:
-    """Per partition, the offset a ``read_committed`` reader stops before (the last stable offset)."""
+def watermark_offsets(consumer: Consumer, topic: str, partitions: list[int],
+                      timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+    """Per partition, ``(log start, end)`` as ``consumer``'s isolation level sees them: for
+    ``read_committed`` the end is the last stable offset (what such a reader stops before), else the high
+    watermark. Transaction markers occupy offsets, so the end is not "last record offset + 1"."""
+    offsets = {}
+    for partition in partitions:
+        try:
+            offsets[partition] = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+        except KafkaException as error:
+            raise TopicAdminError(f"offsets of topic {topic!r} partition {partition} unavailable: {error}") from error
+    return offsets
+
+
+def partition_offsets(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+    """``watermark_offsets`` of every partition of ``topic``, read as a ``read_committed`` consumer."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "epochline-end-offsets",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
+                         "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": _QUIET})
     try:
-        ends = {}
-        for partition in partitions_of(bootstrap, topic, timeout):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-            ends[partition] = high
-        return ends
+        return watermark_offsets(consumer, topic, partitions_of(bootstrap, topic, timeout), timeout)
     finally:
         consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, int]:
+    """Per partition, the offset a ``read_committed`` reader stops before (the last stable offset)."""
+    return {partition: end for partition, (_, end) in partition_offsets(bootstrap, topic, timeout).items()}

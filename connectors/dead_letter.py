@@ -23,7 +23,7 @@ class DeadLetter:
     reason: str
     stage: str
 
-    def headers(self) -> list[tuple[str, bytes]]:
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
         """Where the record came from and why it failed, as Kafka headers for the dead-letter topic."""
         return [
             (HEADER_PREFIX + "stage", self.stage.encode()),

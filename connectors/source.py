@@ -24,7 +24,7 @@ from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Literal, Self
+from typing import Any, Literal, Self, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,21 +36,15 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from connectors.admin import TopicAdminError, watermark_offsets
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
+from connectors.metadata import METADATA_COLUMNS, METADATA_FIELDS, with_metadata_fields
 from connectors.watermarks import WatermarkTracker, max_event_time_per_partition
 from schemas import FormatSpec, make_format
 from schemas.base import Decoded, SchemaError
 
 log = logging.getLogger(__name__)
-
-METADATA_COLUMNS = ("__kafka_partition", "__kafka_offset", "__kafka_timestamp", "__kafka_key")
-METADATA_FIELDS = (
-    pa.field("__kafka_partition", pa.int32(), nullable=False),
-    pa.field("__kafka_offset", pa.int64(), nullable=False),
-    pa.field("__kafka_timestamp", pa.timestamp("ms", tz="UTC")),
-    pa.field("__kafka_key", pa.binary()),
-)
 
 # Settings the exactly-once protocol depends on; consumer_config may repeat them but not change them.
 REQUIRED_CONSUMER_CONFIG = {
@@ -108,6 +102,8 @@ class SourceBatch:
     source: str
     batch: pa.RecordBatch
     dead_letters: list[DeadLetter]
+    value_bytes: int = 0
+    """Bytes of the records' values as they came off the wire (the ``bytes_in`` metric)."""
 
 
 class KafkaSource:
@@ -221,11 +217,9 @@ class KafkaSource:
     def _start_offset(self, partition: int) -> int:
         """``start_from`` as a concrete offset: the log start, or the last stable offset (read_committed)."""
         try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.settings.topic, partition), timeout=self.timeout)
-        except KafkaException as error:
-            raise SourceUnavailable(f"source {self.name!r}: offsets of topic {self.settings.topic!r} partition "
-                                    f"{partition} unavailable on {self.bootstrap}: {error}") from error
+            low, high = watermark_offsets(self._consumer, self.settings.topic, [partition], self.timeout)[partition]
+        except TopicAdminError as error:
+            raise SourceUnavailable(f"source {self.name!r} on {self.bootstrap}: {error}") from error
         return low if self.settings.start_from == "earliest" else high
 
     # -- reading -----------------------------------------------------------------------------------------
@@ -240,13 +234,13 @@ class KafkaSource:
         """
         if not self._pending:
             self._pending = self._fetch(timeout)
-        take = self._records_that_fit(self._pending)
+        take, value_bytes = self._records_that_fit(self._pending)
         taken = self._pending[:take]
         events = [m for m in taken if m.error() is not None]
         ends = self._ends_reached(events)
         records = [m for m in taken if m.error() is None] if events else taken
         columns = _RecordColumns.of(records)
-        source_batch = self._to_source_batch(columns) if records else None
+        source_batch = self._to_source_batch(columns, value_bytes) if records else None
         self._pending = self._pending[take:]
         self._advance(columns, ends)
         return source_batch
@@ -261,17 +255,22 @@ class KafkaSource:
             return [first]
         return [first, *self._consumer.consume(self.settings.max_batch_records - 1, 0)]
 
-    def _records_that_fit(self, messages: list[Message]) -> int:
+    def _records_that_fit(self, messages: list[Message]) -> tuple[int, int]:
+        """How many of ``messages`` to hand out (at least one), and the bytes of their values."""
+        if not messages:
+            return 0, 0
         value_bytes = list(accumulate(map(len, messages)))
-        return max(1, bisect_right(value_bytes, self.settings.max_batch_bytes))
+        take = max(1, bisect_right(value_bytes, self.settings.max_batch_bytes))
+        return take, value_bytes[take - 1]
 
     def _ends_reached(self, events: list[Message]) -> dict[int, int]:
         """End-of-partition offsets from the EOF events; any other error is raised or logged."""
         ends: dict[int, int] = {}
         for event in events:
-            error: KafkaError = event.error()
+            error = cast(KafkaError, event.error())  # events are the messages whose error() is set
+            partition = cast(int, event.partition())
             if error.code() == KafkaError._PARTITION_EOF:
-                ends[event.partition()] = event.offset()
+                ends[partition] = cast(int, event.offset())
             elif error.fatal() or error.code() in UNAVAILABLE_ERRORS:
                 raise SourceUnavailable(f"source {self.name!r}: topic {event.topic()!r} partition "
                                         f"{event.partition()} on {self.bootstrap}: {error.str()}")
@@ -286,7 +285,7 @@ class KafkaSource:
             if offset > self._positions.get(partition, -1):
                 self._positions[partition] = offset
 
-    def _to_source_batch(self, columns: _RecordColumns) -> SourceBatch:
+    def _to_source_batch(self, columns: _RecordColumns, value_bytes: int) -> SourceBatch:
         topic = self.settings.topic
         decoded = self.format.decode(columns.values)
         dead_letters = [DeadLetter(topic, columns.partitions[f.index], columns.offsets[f.index],
@@ -298,7 +297,7 @@ class KafkaSource:
             log.warning("records dead-lettered", extra={"source": self.name, "topic": topic,
                                                         "count": len(dead_letters),
                                                         "first": dead_letters[0].describe()})
-        return SourceBatch(self.name, self._with_metadata(decoded, columns), dead_letters)
+        return SourceBatch(self.name, self._with_metadata(decoded, columns), dead_letters, value_bytes)
 
     def observe_event_times(self, batch: pa.RecordBatch) -> None:
         """Advance the watermark with a batch's event times. Not done inside ``poll_batch``: the engine
@@ -316,7 +315,7 @@ class KafkaSource:
         if len(decoded.indices) != len(columns.values):
             rows = pa.array(decoded.indices, type=pa.int64())
             arrays = [array.take(rows) for array in arrays]
-        schema = pa.schema([*decoded.batch.schema, *METADATA_FIELDS], metadata=decoded.batch.schema.metadata)
+        schema = with_metadata_fields(decoded.batch.schema)
         return pa.RecordBatch.from_arrays([*decoded.batch.columns, *arrays], schema=schema)
 
     # -- cuts and committed offsets -----------------------------------------------------------------------
@@ -340,7 +339,21 @@ class KafkaSource:
 
     def committed(self) -> tuple[SourceCheckpoint | None, str | None]:
         """The group's committed offsets for this topic and their metadata (the checkpoint id the sink wrote),
-        or ``(None, None)`` when the group committed nothing for it."""
+        or ``(None, None)`` when the group committed nothing for it. One epoch commits every partition with
+        the same metadata; ``committed_metadata`` has it per partition."""
+        found = self.committed_metadata()
+        if not found:
+            return None, None
+        metadata = [text for _, text in found.values()]
+        if len(set(metadata)) > 1:
+            log.warning("committed offsets carry different metadata", extra={
+                "source": self.name, "topic": self.settings.topic,
+                "metadata": {partition: text for partition, (_, text) in found.items()}})
+        offsets = {partition: offset for partition, (offset, _) in found.items()}
+        return SourceCheckpoint(self.name, self.settings.topic, offsets), metadata[0]
+
+    def committed_metadata(self) -> dict[int, tuple[int, str | None]]:
+        """Per partition the group committed, its offset and metadata string."""
         asked = [TopicPartition(self.settings.topic, p) for p in self.partitions()]
         try:
             answered = self._consumer.committed(asked, timeout=self.timeout)
@@ -348,16 +361,7 @@ class KafkaSource:
             raise SourceUnavailable(f"source {self.name!r}: committed offsets of group {self.group_id!r} on "
                                     f"topic {self.settings.topic!r} unavailable on {self.bootstrap}: {error}"
                                     ) from error
-        found = [tp for tp in answered if tp.offset >= 0]
-        if not found:
-            return None, None
-        metadata = [tp.metadata for tp in found]
-        if len(set(metadata)) > 1:
-            log.warning("committed offsets carry different metadata", extra={
-                "source": self.name, "topic": self.settings.topic,
-                "metadata": {tp.partition: tp.metadata for tp in found}})
-        checkpoint = SourceCheckpoint(self.name, self.settings.topic, {tp.partition: tp.offset for tp in found})
-        return checkpoint, metadata[0]
+        return {tp.partition: (tp.offset, tp.metadata) for tp in answered if tp.offset >= 0}
 
     def consumer_group_metadata(self) -> object:
         """The consumer's group metadata, for ``Producer.send_offsets_to_transaction``."""
@@ -399,19 +403,20 @@ class _RecordColumns:
     @classmethod
     def of(cls, records: list[Message]) -> _RecordColumns:
         return cls(values=[m.value() for m in records], keys=[m.key() for m in records],
-                   partitions=[m.partition() for m in records], offsets=[m.offset() for m in records],
+                   partitions=cast(list[int], [m.partition() for m in records]),
+                   offsets=cast(list[int], [m.offset() for m in records]),
                    timestamps=[m.timestamp()[1] for m in records])
 
-    def metadata_arrays(self) -> list[pa.Array]:
+    def metadata_arrays(self) -> list[pa.Array[Any]]:
         """``METADATA_COLUMNS`` as Arrow arrays, in that order."""
         partition, offset, timestamp, key = (f.type for f in METADATA_FIELDS)
         return [pa.array(self.partitions, partition), pa.array(self.offsets, offset),
                 _null_where_negative(pa.array(self.timestamps, timestamp)), pa.array(self.keys, key)]
 
 
-def _null_where_negative(timestamps: pa.Array) -> pa.Array:
+def _null_where_negative(timestamps: pa.Array[Any]) -> pa.Array[Any]:
     """Kafka reports a missing record timestamp as -1; make it null rather than 1969-12-31T23:59:59.999."""
-    as_int = timestamps.cast(pa.int64())
-    if not pc.any(pc.less(as_int, 0)).as_py():
+    negative = pc.less(timestamps.cast(pa.int64()), pa.scalar(0, pa.int64()))
+    if not pc.any(negative).as_py():
         return timestamps
-    return pc.if_else(pc.less(as_int, 0), pa.scalar(None, timestamps.type), timestamps)
+    return cast("pa.Array[Any]", pc.if_else(negative, pa.scalar(None, timestamps.type), timestamps))

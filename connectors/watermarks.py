@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-KAFKA_TIMESTAMP_COLUMN = "__kafka_timestamp"
-PARTITION_COLUMN = "__kafka_partition"
+from connectors.metadata import PARTITION, TIMESTAMP
+from schemas.event_time import EventTimeError, event_time_ms, is_event_time_type
 
-
-class EventTimeError(ValueError):
-    """The configured event-time column is missing or not a timestamp / integer-milliseconds column."""
+__all__ = ["EventTimeError", "WatermarkTracker", "event_times_ms", "filter_late_rows", "max_event_time_per_partition"]
 
 
 class WatermarkTracker:
@@ -80,29 +79,26 @@ class WatermarkTracker:
         self._emitted = decoded["emitted"]
 
 
-def event_times_ms(batch: pa.RecordBatch, column: str | None) -> pa.Array:
+def event_times_ms(batch: pa.RecordBatch, column: str | None) -> pa.Array[pa.Int64Scalar]:
     """Event time of every row as int64 epoch milliseconds: from ``column`` (a timestamp of any unit, or an
     integer already in milliseconds) or, when ``column`` is None, from the Kafka record timestamp."""
-    name = column or KAFKA_TIMESTAMP_COLUMN
+    name = column or TIMESTAMP
     index = batch.schema.get_field_index(name)
     if index < 0:
         raise EventTimeError(f"event-time column {name!r} is not in the batch (columns: {batch.schema.names})")
     values = batch.column(index)
-    if pa.types.is_timestamp(values.type):
-        in_ms = values.cast(pa.timestamp("ms", tz=values.type.tz), safe=False)
-        return in_ms.cast(pa.int64())
-    if pa.types.is_integer(values.type):
-        return values.cast(pa.int64())
-    raise EventTimeError(f"event-time column {name!r} has type {values.type}; expected a timestamp "
-                         "or integer milliseconds")
+    if not is_event_time_type(values.type):
+        raise EventTimeError(f"event-time column {name!r} has type {values.type}; expected a timestamp "
+                             "or integer milliseconds")
+    return event_time_ms(values)
 
 
 def max_event_time_per_partition(batch: pa.RecordBatch, column: str | None) -> dict[int, int]:
-    """Per ``__kafka_partition``, the largest event time in ``batch`` (rows without an event time ignored)."""
-    table = pa.table({PARTITION_COLUMN: batch.column(PARTITION_COLUMN), "t": event_times_ms(batch, column)})
-    maxima = table.group_by(PARTITION_COLUMN).aggregate([("t", "max")])
-    return {p: t for p, t in zip(maxima[PARTITION_COLUMN].to_pylist(), maxima["t_max"].to_pylist())
-            if t is not None}
+    """Per Kafka partition, the largest event time in ``batch`` (rows without an event time ignored)."""
+    table = pa.table({PARTITION: batch.column(PARTITION), "t": event_times_ms(batch, column)})
+    maxima = table.group_by(PARTITION).aggregate([("t", "max")])
+    partitions = cast(list[int], maxima[PARTITION].to_pylist())
+    return {p: t for p, t in zip(partitions, maxima["t_max"].to_pylist()) if t is not None}
 
 
 def filter_late_rows(batch: pa.RecordBatch, watermark: int | None,
@@ -114,5 +110,6 @@ def filter_late_rows(batch: pa.RecordBatch, watermark: int | None,
     """
     if watermark is None:
         return batch, batch.slice(0, 0)
-    late = pc.fill_null(pc.less(event_times_ms(batch, column), watermark), False)
+    behind = pc.less(event_times_ms(batch, column), pa.scalar(watermark, pa.int64()))
+    late = cast(pa.BooleanArray, pc.fill_null(behind, pa.scalar(False)))
     return batch.filter(pc.invert(late)), batch.filter(late)

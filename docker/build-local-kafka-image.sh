@@ -6,7 +6,7 @@
 # The image is FROM scratch. Its root filesystem is assembled here from what this machine already has:
 #   - a Java runtime: jlink'ed from the machine's JDK (or a copy of its JRE when there is no jlink),
 #   - the shared libraries that runtime and /bin/sh link against (found with ldd),
-#   - the Kafka jars engine.local_broker.fetch_kafka_jars() fetched from Maven Central (cached),
+#   - the Kafka jars engine.testing.local_broker.fetch_kafka_jars() fetched from Maven Central (cached),
 #   - docker/kafka-local/: the entry point and the default single-node KRaft settings.
 # The result answers to the same KAFKA_* settings as the official apache/kafka image, so
 # EPOCHLINE_KAFKA_IMAGE can name either one. Environment: PYTHON (default .venv/bin/python, else python3).
@@ -18,9 +18,9 @@ elif [[ -x .venv/bin/python ]]; then python=.venv/bin/python
 else python=python3
 fi
 
-kafka_version=$("$python" -c "from engine.local_broker import KAFKA_VERSION; print(KAFKA_VERSION)")
+kafka_version=$("$python" -c "from engine.testing.local_broker import KAFKA_VERSION; print(KAFKA_VERSION)")
 image="${1:-epochline/kafka-local:${kafka_version}}"
-jars=$("$python" -c "from engine.local_broker import fetch_kafka_jars; print(fetch_kafka_jars())")
+jars=$("$python" -c "from engine.testing.local_broker import fetch_kafka_jars; print(fetch_kafka_jars())")
 
 java_bin=$(command -v java) || { echo "build-local-kafka-image: java is not on PATH" >&2; exit 1; }
 java_home=$(dirname "$(dirname "$(readlink -f "$java_bin")")")

@@ -1,1 +1,32 @@
-"""epochline's engine: coordinator, checkpoints, operators, batch store, local broker and CLI."""
+"""epochline's engine: runs connectors exactly once over Kafka.
+
+- ``checkpoint``: THE exactly-once protocol: the loop (when), the pipeline callback (what), the restart
+  policy; its docstring lists every step of an epoch and the function that does it;
+- ``state``: what a checkpoint stores: the id log, checkpoint files, the state-dir lock, snapshots;
+- ``transforms``: SQL, Python and window steps;
+- ``batch``: bounded exactly-once batch jobs and their ledger;
+- ``config`` and ``wiring``: the connector YAML, and the one place it becomes sources, operators and sinks;
+- ``metrics``, ``logs``, ``cli``: what an operator sees;
+- ``testing``: dev tooling (local broker, containers, test helpers, pytest plugin), never imported by the
+  runtime.
+
+The public face::
+
+    from engine import load_config, run_connector, RunOptions
+    run_connector(load_config("orders-clean.yaml"), RunOptions(bootstrap="127.0.0.1:9092", stop_at_end=True))
+"""
+
+from engine.checkpoint import ConnectorFailed, RecoveryError, RunOptions, run_connector
+from engine.config import ConfigError, ConnectorConfig, load_config
+from engine.wiring import validate_offline
+
+__all__ = [
+    "ConfigError",
+    "ConnectorConfig",
+    "ConnectorFailed",
+    "RecoveryError",
+    "RunOptions",
+    "load_config",
+    "run_connector",
+    "validate_offline",
+]

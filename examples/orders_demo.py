@@ -11,9 +11,9 @@ import argparse
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import orjson
 import yaml
@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 
 from connectors.admin import create_topic
 from engine.testing import read_values
+from sinks import produce_waiting
 
 MALFORMED_EVERY = 10_000
 
@@ -41,12 +42,7 @@ def generate(bootstrap: str, topic: str, count: int) -> None:
     create_topic(bootstrap, topic, partitions=4)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
     for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, order(i), partition=i % 4)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce_waiting(producer, topic, order(i), partition=i % 4, wait_s=0.1)
     producer.flush(60)
 
 

@@ -1,4 +1,6 @@
-"""Sample Python transforms for epochline's ``PythonOperator`` (configure as ``"examples.transforms:tag_large_orders"``).
+"""Sample Python transforms for epochline's ``PythonOperator``.
+
+Configure one as ``"examples.transforms:tag_large_orders"``.
 
 A transform receives one cycle's rows as a ``pa.RecordBatch`` and returns a ``pa.RecordBatch`` or
 ``pa.Table``. Keep it vectorised (``pyarrow.compute``) and free of side effects: after a failure the engine

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.base import EncodeError
 
-Leaf = Callable[[pa.Array, pa.DataType], pa.Array]
+Leaf: TypeAlias = "Callable[[pa.Array[Any], pa.DataType], pa.Array[Any]]"  # quoted: pa.Array is not generic at runtime
 
 
 def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, *, fmt: str) -> pa.RecordBatch:
@@ -37,7 +38,7 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, *, fmt: str) -> pa.R
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _cast_column(column: pa.Array, fld: pa.Field, fmt: str) -> pa.Array:
+def _cast_column(column: pa.Array[Any], fld: pa.Field[pa.DataType], fmt: str) -> pa.Array[Any]:
     if column.type == fld.type:
         return column
     try:
@@ -59,20 +60,24 @@ def table_to_batch(table: pa.Table) -> pa.RecordBatch:
     return batches[0]
 
 
-def map_leaves(array: pa.Array, target: pa.DataType, leaf: Leaf) -> pa.Array:
+def map_leaves(array: pa.Array[Any], target: pa.DataType, leaf: Leaf) -> pa.Array[Any]:
     """Rebuild ``array`` as type ``target``, converting every non-container child with ``leaf(child, type)``.
 
     Structs, lists and maps are rebuilt around the converted children with the same nulls, so conversions
     Arrow cannot cast through containers (strings to times, bytes to decimals) still run column-wise.
     """
     if pa.types.is_struct(target):
-        children = [map_leaves(child, fld.type, leaf) for child, fld in zip(array.flatten(), target)]
+        struct_children = cast(pa.StructArray, array).flatten()
+        children = [map_leaves(child, fld.type, leaf) for child, fld in zip(struct_children, target)]
         return pa.StructArray.from_arrays(children, fields=list(target), mask=_null_mask(array))
     if pa.types.is_map(target):
         offsets, entries = _rebased_children(array)
-        keys, items = entries.flatten()
-        return pa.MapArray.from_arrays(offsets, map_leaves(keys, target.key_type, leaf),
-                                       map_leaves(items, target.item_type, leaf), type=target, mask=_null_mask(array))
+        keys, items = cast(pa.StructArray, entries).flatten()
+        # pyarrow-stubs want int64 offsets and no type= next to keys and items; pyarrow takes int32 and both
+        rebuilt: pa.MapArray[Any, Any] = pa.MapArray.from_arrays(  # type: ignore[call-overload]
+            offsets, map_leaves(keys, target.key_type, leaf), map_leaves(items, target.item_type, leaf),
+            type=target, mask=_null_mask(array))
+        return rebuilt
     if pa.types.is_list(target):
         offsets, values = _rebased_children(array)
         return pa.ListArray.from_arrays(offsets, map_leaves(values, target.value_type, leaf), type=target,
@@ -95,13 +100,14 @@ def contains_map(arrow_type: pa.DataType) -> bool:
     return False
 
 
-def _rebased_children(array: pa.Array) -> tuple[pa.Array, pa.Array]:
+def _rebased_children(array: pa.Array[Any]) -> tuple[pa.Int32Array, pa.Array[Any]]:
     """Offsets starting at 0 and the child values they index (Arrow refuses sliced offsets with a mask)."""
-    offsets = array.offsets
+    lists = cast("pa.ListArray[Any]", array)  # a list or a map column (MapArray is a ListArray)
+    offsets = lists.offsets
     start = offsets[0].as_py()
-    values = array.values.slice(start, offsets[-1].as_py() - start)
+    values = lists.values.slice(start, offsets[-1].as_py() - start)
     return pc.subtract(offsets, pa.scalar(start, offsets.type)), values
 
 
-def _null_mask(array: pa.Array) -> pa.Array | None:
+def _null_mask(array: pa.Array[Any]) -> pa.BooleanArray | None:
     return array.is_null() if array.null_count else None

@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import pyarrow as pa
@@ -93,7 +93,7 @@ def parse_avro_schema(schema: Any, *, where: str) -> AvroSchema:
         fastavro.parse_schema(copy.deepcopy(schema))
     except Exception as exc:  # fastavro raises several unrelated exception types for bad schemas
         raise SchemaError(f"invalid Avro schema in {where}: {exc}") from exc
-    return schema
+    return cast(AvroSchema, schema)  # fastavro accepted it, so it is a name, a union or a type object
 
 
 def avro_to_arrow_schema(schema: AvroSchema, *, where: str) -> pa.Schema:
@@ -125,7 +125,7 @@ class DecimalOverflow(ValueError):
     """An Avro decimal's unscaled integer does not fit the Arrow decimal of the schema's precision."""
 
 
-def to_logical(array: pa.Array, target: pa.DataType) -> pa.Array:
+def to_logical(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
     """Leaf conversion of a physically-read column to its Arrow type (use with ``map_leaves``)."""
     if array.type == target:
         return array
@@ -134,7 +134,7 @@ def to_logical(array: pa.Array, target: pa.DataType) -> pa.Array:
     return array.cast(target)
 
 
-def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
+def to_physical(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
     """Leaf conversion of an Arrow column to what the physical Avro schema writes (use with ``map_leaves``)."""
     if array.type == target:
         return array
@@ -143,7 +143,7 @@ def to_physical(array: pa.Array, target: pa.DataType) -> pa.Array:
     return array.cast(target)
 
 
-def decimal_from_avro_bytes(array: pa.Array, target: pa.DataType) -> pa.Array:
+def decimal_from_avro_bytes(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
     """Avro decimal bytes (big-endian two's-complement unscaled integers) as an Arrow decimal column."""
     width = target.byte_width
     zero = bytes(width)
@@ -158,10 +158,11 @@ def decimal_from_avro_bytes(array: pa.Array, target: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(target, len(array), [validity, pa.py_buffer(data)], null_count=array.null_count)
 
 
-def decimal_to_avro_bytes(array: pa.Array, target: pa.DataType) -> pa.Array:
+def decimal_to_avro_bytes(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
     """An Arrow decimal column as Avro decimal bytes: minimal length for ``bytes``, sign-extended for ``fixed``."""
     width = array.type.byte_width
-    storage = memoryview(array.buffers()[1])[array.offset * width:(array.offset + len(array)) * width]
+    data = cast(pa.Buffer, array.buffers()[1])  # a decimal column always has its data buffer
+    storage = memoryview(data)[array.offset * width:(array.offset + len(array)) * width]
     size = target.byte_width if pa.types.is_fixed_size_binary(target) else None
     valid = array.is_valid().to_pylist()
     encoded: list[bytes | None] = []
@@ -193,7 +194,7 @@ class _AvroToArrow:
             return self.named.get(schema, schema)
         return schema
 
-    def record_fields(self, record: dict[str, Any], path: str) -> list[pa.Field]:
+    def record_fields(self, record: dict[str, Any], path: str) -> list[pa.Field[pa.DataType]]:
         full = self.register(record)
         enclosing, self.namespace = self.namespace, full.rpartition(".")[0]
         self.in_progress.add(id(record))
@@ -211,7 +212,7 @@ class _AvroToArrow:
         self.named[full.rpartition(".")[2]] = named
         return full
 
-    def field(self, name: str, schema: AvroSchema, path: str) -> pa.Field:
+    def field(self, name: str, schema: AvroSchema, path: str) -> pa.Field[pa.DataType]:
         arrow_type, nullable = self.nullable_type(schema, path)
         return pa.field(name, arrow_type, nullable=nullable)
 
@@ -259,7 +260,10 @@ class _AvroToArrow:
             return pa.list_(pa.field("item", item, nullable=nullable))
         if kind == "map":
             value, nullable = self.nullable_type(schema["values"], f"{path}{{}}")
-            return pa.map_(pa.string(), pa.field("value", value, nullable=nullable))
+            value_field = pa.field("value", value, nullable=nullable)
+            # pyarrow-stubs: map_ also takes a Field as the item type (it carries the values' nullability)
+            map_type: pa.DataType = pa.map_(pa.string(), value_field)  # type: ignore[call-overload]
+            return map_type
         if isinstance(kind, str):
             return self.named_or_primitive(kind, path)
         raise self.fail(path, f"unsupported Avro type {_describe(schema)}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import fastavro
 import pyarrow as pa
@@ -49,7 +49,7 @@ class AvroCodec:
         self.parsed: ParsedSchema = fastavro.parse_schema(physical)
         self._struct_type = pa.struct(list(self.physical_schema))
         # fastavro writes maps from dicts; Arrow's dict conversion is ~3x slower, so only ask for it if needed
-        self._maps_as_pydicts = "strict" if contains_map(self._struct_type) else None
+        self._maps_as_pydicts: Literal["strict"] | None = "strict" if contains_map(self._struct_type) else None
 
     @classmethod
     def from_file(cls, path: Path) -> AvroCodec:
@@ -74,7 +74,8 @@ class AvroCodec:
 
         Raises ``DecimalOverflow`` if a record holds a decimal too wide for its schema (see ``decoded``).
         """
-        physical = pa.RecordBatch.from_struct_array(pa.array(records, type=self._struct_type))
+        records_array = cast(pa.StructArray, pa.array(records, type=self._struct_type))  # a struct type gives one
+        physical = pa.RecordBatch.from_struct_array(records_array)
         return map_batch_leaves(physical, self.arrow_schema, to_logical)
 
     def decoded(self, records: list[dict[str, Any]], indices: list[int],
@@ -154,7 +155,7 @@ class AvroFormat:
                 continue
             try:
                 records.append(codec.read_body(io.BytesIO(payload), len(payload)))
-            except Exception as exc:  # noqa: BLE001 - any fastavro error means this one payload is bad
+            except Exception as exc:  # any fastavro error means this one payload is bad
                 failures.append(DecodeFailure(index, body_failure(exc, len(payload), codec.source)))
                 continue
             indices.append(index)

@@ -51,8 +51,8 @@ class Format(Protocol):
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
         """Decode message values; bad payloads become failures, never exceptions."""
 
-    def encode(self, batch: pa.RecordBatch) -> list[bytes]:
-        """Encode every row of ``batch`` as one message value."""
+    def encode(self, batch: pa.RecordBatch) -> Sequence[bytes | None]:
+        """Encode every row of ``batch`` as one message value (None: a tombstone, for formats that write them)."""
 
 
 class EncodeError(ValueError):

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import fastavro
 import pyarrow as pa
@@ -75,7 +75,8 @@ class RegistrySchemaSource:
             raise SchemaError(f"{self.description}: schema id {schema_id} is {registered.schema_type}, not AVRO")
         where = f"{self.description} id {schema_id}"
         try:
-            return parse_avro_schema(json.loads(registered.schema_str), where=where)
+            schema_text = cast(str, registered.schema_str)  # always set in a registry response
+            return parse_avro_schema(json.loads(schema_text), where=where)
         except json.JSONDecodeError as exc:
             raise SchemaError(f"{where} is not valid JSON: {exc}") from exc
 
@@ -183,7 +184,7 @@ class ConfluentAvroFormat:
         except fastavro.read.SchemaResolutionError as exc:
             return (f"records written with schema id {schema_id} cannot be read into the reader schema from "
                     f"{self._reader.source}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - any other fastavro error means this one payload is bad
+        except Exception as exc:  # any other fastavro error means this one payload is bad
             return body_failure(exc, len(payload), f"schema id {schema_id}")
         return None
 

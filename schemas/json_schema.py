@@ -53,11 +53,12 @@ def load_json_document(path: Path, kind: str) -> Any:
 def json_schema_to_arrow(document: Any, *, where: str) -> pa.Schema:
     """The Arrow schema of the objects a JSON Schema document describes (its top level must be an object)."""
     if not isinstance(document, dict) or document.get("type") != "object" or "properties" not in document:
-        raise SchemaError(f"JSON Schema in {where}: the top level must be {{\"type\": \"object\", \"properties\": ...}}")
+        raise SchemaError(
+            f"JSON Schema in {where}: the top level must be {{\"type\": \"object\", \"properties\": ...}}")
     return pa.schema(_object_fields(document, path="", where=where))
 
 
-def _object_fields(document: dict[str, Any], path: str, where: str) -> list[pa.Field]:
+def _object_fields(document: dict[str, Any], path: str, where: str) -> list[pa.Field[pa.DataType]]:
     properties = document["properties"]
     if not isinstance(properties, dict):
         raise _fail(where, path, "'properties' must be an object")

@@ -15,6 +15,8 @@ in structs and lists, so no per-value Python runs on the fast path.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -58,7 +60,7 @@ def unsupported_type(arrow_type: pa.DataType, path: str) -> str | None:
     return None if supported else f"{path} ({arrow_type})"
 
 
-def text_to_value(array: pa.Array, target: pa.DataType) -> pa.Array:
+def text_to_value(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
     """Decode direction: a JSON reader's column to the target type (strings parsed, others cast)."""
     if array.type == target:
         return array
@@ -67,34 +69,40 @@ def text_to_value(array: pa.Array, target: pa.DataType) -> pa.Array:
     return array.cast(target)
 
 
-def value_to_text(array: pa.Array, wire: pa.DataType) -> pa.Array:
+def value_to_text(array: pa.Array[Any], wire: pa.DataType) -> pa.Array[Any]:
     """Encode direction: a target-typed column to what the JSON writer should print (see module doc)."""
     kind = array.type
     if pa.types.is_timestamp(kind):
-        return _timestamp_to_iso(array)
+        return _timestamp_to_iso(array, kind)
     if is_text_on_the_wire(kind):
         return array.cast(pa.string())
     if pa.types.is_floating(kind):
-        return pc.if_else(pc.is_finite(array), array, pa.scalar(None, kind))
+        # pyarrow-stubs type if_else as "array or scalar"; an array condition gives an array
+        return cast("pa.Array[Any]", pc.if_else(pc.is_finite(array), array, pa.scalar(None, kind)))
     return array
 
 
-def _timestamp_to_iso(array: pa.Array) -> pa.Array:
+def _timestamp_to_iso(array: pa.Array[Any], kind: pa.TimestampType[Any, Any]) -> pa.Array[Any]:
     """ISO-8601 text, ``Z`` for zoned timestamps (their values are UTC instants).
 
     Arrow's zone-aware formatting (``strftime``, or a cast of a zoned timestamp to string) looks the zone
     up per value and costs ~3 µs a row; the cast of the same instants as a naive timestamp is ~0.1 µs
     and prints the same UTC wall time, with a space where ISO-8601 wants ``T``.
     """
-    text = array.cast(pa.timestamp(array.type.unit)).cast(pa.string())
+    text = array.cast(pa.timestamp(kind.unit)).cast(pa.string())
     text = pc.replace_substring(text, " ", "T", max_replacements=1)
-    return pc.binary_join_element_wise(text, "Z", "") if array.type.tz is not None else text
+    if kind.tz is None:
+        return text
+    # pyarrow-stubs: binary_join_element_wise takes arrays and Python strings mixed (the stubs want one kind)
+    zoned: pa.StringArray = pc.binary_join_element_wise(text, "Z", "")  # type: ignore[call-overload]
+    return zoned
 
 
-def _text_to_time(array: pa.Array, target: pa.DataType) -> pa.Array:
+def _text_to_time(array: pa.Array[Any], target: pa.Time32Type[Any] | pa.Time64Type[Any]) -> pa.Array[Any]:
     """Arrow cannot cast string to time, so parse ``HH:MM:SS[.f]`` as a timestamp on 1970-01-01."""
-    on_epoch_day = pc.binary_join_element_wise(_MIDNIGHT, array, "")
+    # pyarrow-stubs: binary_join_element_wise takes arrays and Python strings mixed (the stubs want one kind)
+    on_epoch_day: pa.StringArray = pc.binary_join_element_wise(_MIDNIGHT, array, "")  # type: ignore[call-overload]
     ticks = on_epoch_day.cast(pa.timestamp(target.unit)).cast(pa.int64())
     if pa.types.is_time32(target):
-        ticks = ticks.cast(pa.int32())
+        return ticks.cast(pa.int32()).cast(target)
     return ticks.cast(target)

@@ -27,7 +27,7 @@ class RawFormat:
         values = pa.array(payloads, type=pa.binary())
         return Decoded(pa.RecordBatch.from_arrays([values], schema=RAW_SCHEMA), list(range(len(payloads))))
 
-    def encode(self, batch: pa.RecordBatch) -> list[bytes]:
+    def encode(self, batch: pa.RecordBatch) -> list[bytes | None]:
         """The ``value`` column's bytes (strings as UTF-8); null rows come back as None (tombstones)."""
         if VALUE_COLUMN not in batch.schema.names:
             raise EncodeError(f"raw encode: the batch has no '{VALUE_COLUMN}' column (it has {batch.schema.names})")

@@ -1,1 +1,33 @@
-"""Sinks: transactional Kafka producers, the commit point of every checkpoint epoch."""
+"""Sinks: transactional Kafka producers, the commit point of every checkpoint epoch.
+
+- ``transactional``: exactly-once, one Kafka transaction per epoch with the offsets inside it;
+- ``at_least_once``: an idempotent producer, offsets committed after delivery;
+- ``writer``: the ``Sink`` protocol, ``SinkSettings`` and the encoder/producer both share;
+- ``errors`` and ``calls``: librdkafka's error classes and how blocking calls are retried and bounded;
+- ``produce``: producing without dropping a record when the client's queue is full.
+
+Nothing here imports the engine; what the engine wants run inside the commit (a crash-test hook) is
+passed in (``before_commit``).
+"""
+
+from sinks.at_least_once import AtLeastOnceKafkaSink
+from sinks.errors import EpochAborted, ProducerFenced, ProducerWedged, SinkError, SinkFatal
+from sinks.produce import produce_all, produce_waiting
+from sinks.transactional import TransactionalKafkaSink
+from sinks.writer import KafkaWriter, Produced, Sink, SinkSettings
+
+__all__ = [
+    "AtLeastOnceKafkaSink",
+    "EpochAborted",
+    "KafkaWriter",
+    "Produced",
+    "ProducerFenced",
+    "ProducerWedged",
+    "Sink",
+    "SinkError",
+    "SinkFatal",
+    "SinkSettings",
+    "TransactionalKafkaSink",
+    "produce_all",
+    "produce_waiting",
+]

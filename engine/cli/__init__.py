@@ -1,0 +1,48 @@
+"""The ``epochline`` command line: a thin shell over library calls.
+
+Each subcommand lives in the module of its group (``connector``: run and validate; ``batch``; ``broker``)
+and calls one library function, so everything it does can be tested without spawning a process. Every
+failure it knows about exits 2 with one readable line naming the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from connectors import SourceError, TopicAdminError
+from engine.batch import BatchJobError, BatchStoreError
+from engine.checkpoint import ConnectorFailed
+from engine.cli import batch, broker, connector
+from engine.cli.common import CommandFailed
+from engine.config import ConfigError
+from engine.logs import configure_logging
+from engine.transforms import OperatorConfigError
+from schemas import SchemaError
+
+KNOWN_FAILURES = (CommandFailed, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError, TopicAdminError,
+                  BatchStoreError, BatchJobError, SourceError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="epochline", description="Exactly-once pipelines between Kafka topics")
+    parser.add_argument("--log-level", default="INFO")
+    commands = parser.add_subparsers(dest="command", required=True)
+    broker.add_commands(commands)
+    connector.add_commands(commands)
+    batch.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        return int(args.handler(args))
+    except KNOWN_FAILURES as error:
+        print(f"epochline: {error}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,43 @@
+"""Dev tooling: what tests, demos and benchmarks use to get a real Kafka and drive pipelines on it.
+
+Nothing in the runtime (``engine.checkpoint``, ``engine.state``, ``engine.transforms``, ``engine.batch``)
+imports this package; the CLI loads its parts only for ``epochline broker`` and for crash tests.
+
+- ``local_broker``: the embedded single-node KRaft broker from the official Apache Kafka jars (its
+  Maven pom is ``kafka/pom.xml``), started on 127.0.0.1 and stopped by its recorded PID;
+- ``containers``: the same broker in a Docker container through testcontainers (``epochline[testing]``);
+- ``topics``: create topics, write rows, read them back with ``read_committed``;
+- ``pipelines``: run ``epochline run --stop-at-end`` as a user would;
+- ``faults``: crash the process at a named moment of the protocol;
+- ``pytest_plugin``: the ``kafka_bootstrap`` fixture (entry point ``pytest11``).
+
+A test in a few lines::
+
+    topic = create_unique_topic(kafka_bootstrap, "orders")
+    produce_rows(kafka_bootstrap, topic, [{"id": 1, "amount": 2.5}], FormatSpec(format="json"))
+    run_pipeline(config_path, kafka_bootstrap)
+    table = read_topic(kafka_bootstrap, "orders-clean", FormatSpec(format="json"))
+"""
+
+from engine.testing.containers import KafkaContainer, docker_unavailable_reason
+from engine.testing.errors import ContainerStartFailed, KafkaTestError, ProduceFailed, ReadFailed
+from engine.testing.local_broker import LocalBroker, free_port
+from engine.testing.pipelines import run_pipeline
+from engine.testing.topics import create_unique_topic, produce_rows, produce_transactions, read_topic, read_values
+
+__all__ = [
+    "ContainerStartFailed",
+    "KafkaContainer",
+    "KafkaTestError",
+    "LocalBroker",
+    "ProduceFailed",
+    "ReadFailed",
+    "create_unique_topic",
+    "docker_unavailable_reason",
+    "free_port",
+    "produce_rows",
+    "produce_transactions",
+    "read_topic",
+    "read_values",
+    "run_pipeline",
+]

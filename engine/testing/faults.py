@@ -1,0 +1,40 @@
+"""Test-only fault injection: crash the process at a named moment of the checkpoint protocol.
+
+Why it exists: the exactly-once claim has to hold when a SIGKILL lands at the worst moment (after the
+epoch's records are flushed and its offsets sent, before the commit). Random kills rarely hit that
+window, so crash tests set ``EPOCHLINE_TEST_FAULTS="between-flush-and-commit:0.3"`` (moment:probability,
+comma-separated) and the process kills itself there with that probability. The CLI loads this module only
+when the variable is set and passes ``crash_point_from(spec)`` down as the runtime's ``crash_point``; the
+runtime itself never imports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+def _parse(spec: str) -> dict[str, float]:
+    moments: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, probability = part.partition(":")
+        moments[name] = float(probability or 1.0)
+    return moments
+
+
+def crash_point_from(spec: str) -> Callable[[str], None]:
+    """A crash point that SIGKILLs this process at each moment of ``spec`` with its probability."""
+    moments = _parse(spec)
+
+    def maybe_crash(moment: str) -> None:
+        probability = moments.get(moment)
+        if probability and random.random() < probability:
+            log.warning("injected crash", extra={"moment": moment})
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return maybe_crash

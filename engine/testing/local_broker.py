@@ -1,0 +1,364 @@
+"""A real, single-node Apache Kafka broker (KRaft) on 127.0.0.1, run from the official jars.
+
+Why a real broker: every exactly-once claim of epochline depends on the broker filtering aborted
+transactions for ``read_committed`` readers, fencing zombie producers and storing offset metadata. A
+Kafka-compatible toy proves none of that, and no image registry is reachable here, so epochline fetches
+``org.apache.kafka:kafka_2.13`` from Maven Central itself (``mvn dependency:copy-dependencies`` on the pom
+shipped in ``engine/testing/kafka/pom.xml``), caches the jars, and runs the broker on the machine's Java 17.
+
+The broker's PID is recorded in its data directory; ``stop`` signals exactly that process after checking
+that the PID still belongs to this broker (a recycled PID is never signalled).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import orjson
+
+log = logging.getLogger(__name__)
+
+KAFKA_VERSION = "4.1.1"
+DEFAULT_PORT = 9092
+DEFAULT_DATA_DIR = Path(".epochline/broker")
+MAIN_CLASS = "kafka.Kafka"
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be set up, started, stopped or reached."""
+
+
+class ToolMissing(BrokerError):
+    """Java or Maven is not installed, so the broker can neither be fetched nor run."""
+
+
+class PortInUse(BrokerError):
+    """The requested listener port is taken by another process."""
+
+
+class BrokerAlreadyRunning(BrokerError):
+    """A broker recorded in this data directory is alive already."""
+
+
+class BrokerStartFailed(BrokerError):
+    """The broker process died or did not accept transactions within the timeout."""
+
+
+def cache_dir() -> Path:
+    """Where fetched jars live: ``EPOCHLINE_CACHE`` or ``~/.cache/epochline``."""
+    return Path(os.environ.get("EPOCHLINE_CACHE", Path.home() / ".cache" / "epochline"))
+
+
+def _require_tool(name: str, purpose: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise ToolMissing(
+            f"'{name}' was not found on PATH; it is needed to {purpose}. Install it "
+            f"(Debian: apt-get install {'openjdk-17-jre-headless' if name == 'java' else 'maven'}) "
+            "or set KAFKA_HOME to an unpacked Apache Kafka distribution."
+        )
+    return path
+
+
+def kafka_classpath() -> str:
+    """The broker's classpath: ``$KAFKA_HOME/libs/*`` when set, else the Maven-fetched cached jars.
+
+    The cache is keyed by Kafka version, and filled atomically (download into a temp dir, then rename),
+    so a download interrupted half-way is never mistaken for a complete one.
+    """
+    kafka_home = os.environ.get("KAFKA_HOME")
+    if kafka_home:
+        libs = Path(kafka_home) / "libs"
+        if not any(libs.glob("kafka_2.13-*.jar")):
+            raise BrokerError(f"KAFKA_HOME={kafka_home} has no libs/kafka_2.13-*.jar; is it an unpacked Kafka?")
+        return f"{libs}/*"
+    jars = fetch_kafka_jars()
+    return f"{jars}/*"
+
+
+def fetch_kafka_jars() -> Path:
+    """Download the pinned Kafka jars with Maven once; later calls return the cached directory."""
+    target = cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs"
+    if (target / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+        return target
+    mvn = _require_tool("mvn", "download the Apache Kafka jars from Maven Central")
+    partial = target.with_name(f"libs.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    pom = resources.files("engine.testing") / "kafka" / "pom.xml"
+    with resources.as_file(pom) as pom_path:
+        command = [
+            mvn, "-q", "-B", "-f", str(pom_path), "dependency:copy-dependencies",
+            "-DincludeScope=runtime", f"-DoutputDirectory={partial}", f"-Dkafka.version={KAFKA_VERSION}",
+        ]
+        log.info("fetching kafka jars", extra={"version": KAFKA_VERSION, "into": str(target)})
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BrokerError(f"mvn could not fetch Kafka {KAFKA_VERSION}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        partial.rename(target)
+    except OSError:  # another process finished first; its copy is complete
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What ``start`` records so that ``stop`` and ``status`` can find exactly this broker."""
+
+    pid: int
+    port: int
+    controller_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    """Single-node combined broker+controller settings; replication 1 so transactions work alone."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(data_dir / "kraft"),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "10",
+        "min.insync.replicas": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.apache.name = org.apache.kafka
+logger.apache.level = WARN
+"""
+
+
+class LocalBroker:
+    """One local Kafka broker whose files (config, KRaft logs, PID, broker log) live in ``data_dir``."""
+
+    def __init__(self, data_dir: Path | str = DEFAULT_DATA_DIR) -> None:
+        self.data_dir = Path(data_dir).resolve()  # one spelling per dir, so the PID check never misses
+
+    @property
+    def _state_file(self) -> Path:
+        return self.data_dir / "broker.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    @property
+    def _config_file(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    def state(self) -> BrokerState | None:
+        """The recorded broker if its process is still alive and still this broker, else None."""
+        try:
+            recorded = BrokerState(**orjson.loads(self._state_file.read_bytes()))
+        except FileNotFoundError:
+            return None
+        return recorded if self._is_our_process(recorded.pid) else None
+
+    def _is_our_process(self, pid: int) -> bool:
+        """True when ``pid`` runs kafka.Kafka on this data dir's config, so a reused PID is never signalled."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return MAIN_CLASS.encode() in cmdline and str(self._config_file).encode() in cmdline
+
+    def start(self, port: int = DEFAULT_PORT, timeout: float = 90.0) -> BrokerState:
+        """Start the broker and return once a transactional producer can ``init_transactions`` on it."""
+        running = self.state()
+        if running is not None:
+            raise BrokerAlreadyRunning(
+                f"a broker is already running from {self.data_dir} (pid {running.pid}, {running.bootstrap}); "
+                "use 'epochline broker stop' first"
+            )
+        java = _require_tool("java", "run the Kafka broker")
+        if not port_is_free(port):
+            raise PortInUse(
+                f"port {port} on 127.0.0.1 is in use; stop what listens there or pass --port with a free port"
+            )
+        classpath = kafka_classpath()
+        controller_port = self._previous_controller_port() or free_port()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._config_file.write_text(server_properties(self.data_dir, port, controller_port))
+        log4j = self.data_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2.format(log_file=self.log_file))
+        self._format_storage(java, classpath)
+        process = subprocess.Popen(
+            [java, "-Xms256m", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath,
+             MAIN_CLASS, str(self._config_file)],
+            stdout=open(self.data_dir / "broker.out", "ab"),  # noqa: SIM115 - the broker process keeps it
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        state = BrokerState(pid=process.pid, port=port, controller_port=controller_port)
+        self._state_file.write_bytes(orjson.dumps(state.__dict__))
+        try:
+            wait_until_transactions_work(state.bootstrap, timeout, lambda: process.poll() is None)
+        except BrokerStartFailed as failure:
+            self.stop()
+            raise BrokerStartFailed(f"{failure}\nlast broker output:\n{self._output_tail()}") from None
+        log.info("broker started", extra={"pid": state.pid, "bootstrap": state.bootstrap})
+        return state
+
+    def _previous_controller_port(self) -> int | None:
+        """A restarted broker keeps its controller port, so its KRaft quorum config stays the same."""
+        try:
+            recorded = self._config_file.read_text()
+        except FileNotFoundError:
+            return None
+        for line in recorded.splitlines():
+            if line.startswith("controller.quorum.voters="):
+                port = int(line.rsplit(":", 1)[1])
+                return port if port_is_free(port) else None
+        return None
+
+    def _format_storage(self, java: str, classpath: str) -> None:
+        """Format KRaft storage once per data dir; a formatted dir keeps its cluster id and topics."""
+        if (self.data_dir / "kraft" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        done = subprocess.run(
+            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+             "-c", str(self._config_file)],
+            capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed:\n{done.stdout}{done.stderr}")
+
+    def _output_tail(self) -> str:
+        lines: list[str] = []
+        for path in (self.data_dir / "broker.out", self.log_file):
+            if path.exists():
+                lines += path.read_text(errors="replace").splitlines()[-15:]
+        return "\n".join(lines)
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """SIGTERM the recorded broker, SIGKILL it after ``timeout``; False when none was running."""
+        state = self.state()
+        self._state_file.unlink(missing_ok=True)
+        if state is None:
+            return False
+        os.kill(state.pid, signal.SIGTERM)
+        if not _wait_for_exit(state.pid, timeout):
+            log.warning("broker ignored SIGTERM, killing", extra={"pid": state.pid})
+            os.kill(state.pid, signal.SIGKILL)
+            _wait_for_exit(state.pid, 10.0)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the broker at once (for crash tests); its data dir stays, so it can start again."""
+        state = self.state()
+        if state is not None:
+            os.kill(state.pid, signal.SIGKILL)
+            _wait_for_exit(state.pid, 10.0)
+        self._state_file.unlink(missing_ok=True)
+
+
+def _wait_for_exit(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _has_exited(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _has_exited(pid: int) -> bool:
+    """Reap ``pid`` when it is our child; otherwise judge by /proc (gone or a zombie)."""
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+        return finished == pid
+    except ChildProcessError:
+        return not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def wait_until_transactions_work(bootstrap: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until ``init_transactions`` succeeds: the broker, its controller and the transaction
+    coordinator are all up. A plain metadata request would answer before transactions can be used."""
+    from confluent_kafka import KafkaException, Producer
+
+    deadline = time.monotonic() + timeout
+    last_error = "no answer"
+    while time.monotonic() < deadline:
+        if not alive():
+            raise BrokerStartFailed(f"the broker process exited while starting ({bootstrap})")
+        producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"epochline-readiness-{uuid.uuid4().hex}",
+            "log_level": 0,
+        })
+        try:
+            producer.init_transactions(min(10.0, max(1.0, deadline - time.monotonic())))
+            return
+        except KafkaException as error:
+            last_error = str(error)
+        finally:
+            del producer
+        time.sleep(0.5)
+    raise BrokerStartFailed(
+        f"the broker at {bootstrap} did not accept transactions within {timeout:.0f}s: {last_error}")

@@ -1,0 +1,28 @@
+"""Transform steps a connector runs every cycle: DuckDB SQL, Python functions and keyed event-time windows.
+
+- ``operator``: the ``Operator`` protocol and its errors (config errors at start, runtime errors per cycle);
+- ``sql``, ``functions``, ``windows``: the three kinds of step;
+- ``chain``: runs the steps in order and times each one.
+
+Which step a config line becomes is decided in ``engine.wiring``.
+"""
+
+from engine.transforms.chain import OperatorChain, build_chain
+from engine.transforms.functions import PythonOperator, load_function
+from engine.transforms.operator import Operator, OperatorConfigError, OperatorRuntimeError
+from engine.transforms.sql import SqlOperator
+from engine.transforms.windows import END_OF_INPUT_WATERMARK, WindowOperator, WindowSpec
+
+__all__ = [
+    "END_OF_INPUT_WATERMARK",
+    "Operator",
+    "OperatorChain",
+    "OperatorConfigError",
+    "OperatorRuntimeError",
+    "PythonOperator",
+    "SqlOperator",
+    "WindowOperator",
+    "WindowSpec",
+    "build_chain",
+    "load_function",
+]

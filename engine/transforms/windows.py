@@ -1,0 +1,423 @@
+"""Keyed tumbling and hopping windows over event time, with checkpointable state.
+
+How a cycle runs (``WindowOperator.process(table, watermark)``), all of it vectorised with pyarrow:
+
+1. Each row's event time (``time_column``, timestamp of any unit/zone or int64 epoch ms) is assigned to every
+   window containing it: ``window_start <= t < window_start + size``, window starts being multiples of the
+   slide (of the size for tumbling windows), counted from the epoch.
+2. Assignments to windows that were already emitted (``window_end <= `` the highest watermark seen before
+   this cycle) are ignored and counted in ``ignored_late_assignments``: a window is emitted exactly once and
+   never updated. The source is expected to filter or divert late rows before they get here; this is the
+   safety net that keeps state consistent when it does not. Rows without an event time are dropped and
+   counted in ``rows_without_event_time``.
+3. The remaining assignments are pre-aggregated per (key, window) and merged into the open windows' partial
+   aggregates (count, sum, min, max; avg is kept as sum and count).
+4. Every open window whose end has been passed by the watermark (``window_end <= watermark``) is emitted and
+   dropped from state. Rows of this cycle count towards windows this cycle's watermark closes.
+
+Output: the key columns, ``window_start`` and ``window_end`` (timestamp ms UTC), then the aggregates in the
+order given; rows ordered by window end, then by key (nulls last). A null key is a key of its own.
+
+End of input: ``process(empty_table, END_OF_INPUT_WATERMARK)`` emits every open window, like the final
+MAX watermark Flink sends when a bounded source ends.
+
+Determinism (which exactly-once replay relies on: a restored run must emit the same rows as the original):
+aggregation runs single-threaded so floating-point sums add in a fixed order, and snapshots are the partial
+aggregates sorted by window and key, written as one Arrow IPC stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors.metadata import TIMESTAMP
+from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError
+from schemas.event_time import event_time_ms, floor_divide, is_event_time_type
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIME_COLUMN = TIMESTAMP
+END_OF_INPUT_WATERMARK = 2**63 - 1
+"""The watermark that closes every window: pass it with an empty table when bounded input ends."""
+
+OUTPUT_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+STATE_FORMAT = "1"
+_RESERVED_PREFIX = "__window"
+_WINDOW_START = "__window_start"
+_AGGREGATE = re.compile(r"^\s*(count|sum|min|max|avg)\s*\(\s*(.+?)\s*\)\s*$", re.IGNORECASE)
+
+PartialFunction = Literal["count_all", "count", "sum", "min", "max"]
+"""The pyarrow group-by aggregations that compute a cycle's partial aggregates."""
+MergeFunction = Literal["sum", "min", "max"]
+"""The pyarrow group-by aggregations that merge partial aggregates across cycles."""
+SortOrder = Literal["ascending", "descending"]
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    kind: Literal["tumbling", "hopping"]
+    size_ms: int
+    slide_ms: int | None
+    key: list[str]
+    time_column: str | None
+    aggregates: dict[str, str]
+    """Output column -> ``count(*)``, ``count(col)``, ``sum(col)``, ``min(col)``, ``max(col)`` or ``avg(col)``."""
+
+    @property
+    def step_ms(self) -> int:
+        """Distance between consecutive window starts."""
+        return self.size_ms if self.kind == "tumbling" or self.slide_ms is None else self.slide_ms
+
+    @property
+    def event_time_column(self) -> str:
+        return self.time_column or DEFAULT_TIME_COLUMN
+
+
+@dataclass(frozen=True)
+class Partial:
+    """One pre-aggregate kept in state: ``function`` over the cycle's rows, merged across cycles by ``merge``.
+
+    Internal column names start with ``__window`` so they cannot collide with key columns (checked)."""
+
+    column: str
+    source: str | None
+    function: PartialFunction
+    merge: MergeFunction
+
+    @property
+    def source_column(self) -> str | None:
+        """The name the source column has inside the operator, after window assignment."""
+        return None if self.source is None else _internal_source(self.source)
+
+
+def _internal_source(column: str) -> str:
+    return f"{_RESERVED_PREFIX}_src__{column}"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    output: str
+    function: str
+    source: str | None
+    partials: tuple[Partial, ...]
+
+
+def parse_aggregate(output: str, expression: str, operator_name: str) -> Aggregate:
+    match = _AGGREGATE.match(expression)
+    if match is None:
+        raise OperatorConfigError(
+            f"operator {operator_name!r}: aggregate {output!r} = {expression!r} is not one of "
+            "count(*), count(col), sum(col), min(col), max(col), avg(col)"
+        )
+    function, argument = match.group(1).lower(), match.group(2).strip('"')
+    if argument == "*":
+        if function != "count":
+            raise OperatorConfigError(f"operator {operator_name!r}: aggregate {output!r}: only count takes '*'")
+        return Aggregate(output, function, None, (Partial(f"{_RESERVED_PREFIX}_count_all", None, "count_all", "sum"),))
+
+    def partial(kind: PartialFunction, merge: MergeFunction) -> Partial:
+        return Partial(f"{_RESERVED_PREFIX}_{kind}__{argument}", argument, kind, merge)
+
+    partials = {
+        "count": (partial("count", "sum"),),
+        "sum": (partial("sum", "sum"),),
+        "min": (partial("min", "min"),),
+        "max": (partial("max", "max"),),
+        "avg": (partial("sum", "sum"), partial("count", "sum")),
+    }[function]
+    return Aggregate(output, function, argument, partials)
+
+
+class WindowState:
+    """The open windows' partial aggregates plus how far windows have been emitted.
+
+    ``partials``: one row per open (key, window) with the key columns, ``__window_start`` (int64 epoch ms)
+    and one column per partial aggregate; ``None`` until the first rows arrive. ``emitted_through``: the
+    highest watermark seen; every window ending at or before it has been emitted.
+    """
+
+    def __init__(self, fingerprint: str, key: list[str], operator_name: str) -> None:
+        self._fingerprint = fingerprint
+        self._order: list[tuple[str, SortOrder]] = [
+            (_WINDOW_START, "ascending"), *((column, "ascending") for column in key)
+        ]
+        self._operator_name = operator_name
+        self.partials: pa.Table | None = None
+        self.emitted_through: int | None = None
+
+    def snapshot(self) -> bytes:
+        """Arrow IPC stream of the partials sorted by window and key: equal state gives equal bytes."""
+        table = self.partials.sort_by(self._order) if self.partials is not None else pa.table({})
+        metadata = {
+            "epochline.window.format": STATE_FORMAT,
+            "epochline.window.spec": self._fingerprint,
+            "epochline.window.emitted_through": "" if self.emitted_through is None else str(self.emitted_through),
+        }
+        table = table.replace_schema_metadata(metadata).combine_chunks()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+
+    def restore(self, data: bytes) -> None:
+        try:
+            table = pa.ipc.open_stream(data).read_all()
+        except pa.ArrowInvalid as exc:
+            raise OperatorRuntimeError(
+                f"operator {self._operator_name!r}: window state is not a readable Arrow IPC stream: {exc}"
+            ) from exc
+        metadata = {key.decode(): value.decode() for key, value in (table.schema.metadata or {}).items()}
+        if metadata.get("epochline.window.format") != STATE_FORMAT:
+            raise OperatorRuntimeError(
+                f"operator {self._operator_name!r}: window state has format "
+                f"{metadata.get('epochline.window.format')!r}, this version reads {STATE_FORMAT!r}"
+            )
+        if metadata.get("epochline.window.spec") != self._fingerprint:
+            raise OperatorConfigError(
+                f"operator {self._operator_name!r}: checkpointed window state was written for spec "
+                f"{metadata.get('epochline.window.spec')}, not for the configured {self._fingerprint}"
+            )
+        emitted_through = metadata["epochline.window.emitted_through"]
+        self.emitted_through = int(emitted_through) if emitted_through else None
+        self.partials = table.replace_schema_metadata(None) if table.num_columns else None
+
+
+class WindowOperator:
+    """Keyed tumbling/hopping windows over event time; see the module docstring for the exact semantics."""
+
+    def __init__(self, spec: WindowSpec, name: str = "window") -> None:
+        self.name = name
+        self.spec = spec
+        self._check_spec()
+        self.aggregates = [
+            parse_aggregate(output, expression, name) for output, expression in spec.aggregates.items()
+        ]
+        self._partials = _unique_partials(self.aggregates)
+        self._state = WindowState(self._state_fingerprint(), spec.key, name)
+        self._output_schema: pa.Schema | None = None
+        self.ignored_late_assignments = 0
+        """Row-to-window assignments ignored because the window was already emitted (this process only)."""
+        self.rows_without_event_time = 0
+        """Rows dropped because their event time was null (this process only)."""
+
+    @property
+    def state(self) -> WindowState:
+        return self._state
+
+    def validate(self, input_schema: pa.Schema) -> pa.Schema:
+        """Check columns, types and output names; return the output schema, found by a dry run over an
+        empty table so it is exactly what ``process`` emits."""
+        self._check_columns(input_schema)
+        try:
+            partials = self._pre_aggregate(input_schema.empty_table())
+            output = self._finalize(partials)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise OperatorConfigError(
+                f"operator {self.name!r}: aggregates {self.spec.aggregates} do not apply to the input types: {exc}"
+            ) from exc
+        state = self._state.partials
+        if state is not None and not state.schema.equals(partials.schema):
+            raise OperatorConfigError(
+                f"operator {self.name!r}: restored window state has columns {state.schema} but the input now "
+                f"produces {partials.schema}"
+            )
+        self._output_schema = output.schema
+        return output.schema
+
+    def process(self, table: pa.Table, watermark: int | None) -> pa.Table:
+        """One cycle. Validates lazily against the first table with columns if ``validate`` was not called;
+        an end-of-input flush may pass a table with no columns."""
+        if self._output_schema is None and table.num_columns:
+            self.validate(table.schema)
+        try:
+            if table.num_rows:
+                self._absorb(table)
+            return self._emit(watermark)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError) as exc:
+            raise OperatorRuntimeError(f"operator {self.name!r}: window cycle failed: {exc}") from exc
+
+    def _state_fingerprint(self) -> str:
+        """What state layout depends on, stored in snapshots so state is never restored under an incompatible
+        spec. Output names and their order are not part of it: renaming an output keeps the state usable."""
+        spec = self.spec
+        layout = {
+            "kind": spec.kind,
+            "size_ms": spec.size_ms,
+            "step_ms": spec.step_ms,
+            "key": spec.key,
+            "time_column": spec.event_time_column,
+            "partials": sorted(p.column for p in self._partials),
+        }
+        return orjson.dumps(layout, option=orjson.OPT_SORT_KEYS).decode()
+
+    # -- configuration checks -------------------------------------------------------------------------
+
+    def _check_spec(self) -> None:
+        spec = self.spec
+        problems = []
+        if spec.kind not in ("tumbling", "hopping"):
+            problems.append(f"kind {spec.kind!r} is not 'tumbling' or 'hopping'")
+        if spec.size_ms <= 0:
+            problems.append(f"size_ms {spec.size_ms} must be positive")
+        if spec.kind == "hopping" and (spec.slide_ms is None or not 0 < spec.slide_ms <= spec.size_ms):
+            problems.append(f"hopping slide_ms {spec.slide_ms} must be positive and at most size_ms {spec.size_ms}")
+        if spec.kind == "tumbling" and spec.slide_ms not in (None, spec.size_ms):
+            problems.append(f"tumbling windows take no slide_ms (got {spec.slide_ms})")
+        if not spec.aggregates:
+            problems.append("no aggregates given")
+        outputs = [*spec.key, "window_start", "window_end", *spec.aggregates]
+        duplicates = sorted({column for column in outputs if outputs.count(column) > 1})
+        if duplicates:
+            problems.append(f"output columns {duplicates} appear more than once")
+        reserved = [key for key in spec.key if key.startswith(_RESERVED_PREFIX)]
+        if reserved:
+            problems.append(f"key columns {reserved} start with the reserved prefix {_RESERVED_PREFIX!r}")
+        if problems:
+            raise OperatorConfigError(f"operator {self.name!r}: bad window spec: {'; '.join(problems)}")
+
+    def _check_columns(self, schema: pa.Schema) -> None:
+        wanted = [*self.spec.key, self.spec.event_time_column]
+        wanted += [aggregate.source for aggregate in self.aggregates if aggregate.source is not None]
+        missing = sorted({column for column in wanted if column not in schema.names})
+        if missing:
+            raise OperatorConfigError(
+                f"operator {self.name!r}: input has no column(s) {missing}; it has {schema.names}"
+            )
+        time_type = schema.field(self.spec.event_time_column).type
+        if not is_event_time_type(time_type):
+            raise OperatorConfigError(
+                f"operator {self.name!r}: time column {self.spec.event_time_column!r} is {time_type}; "
+                "it must be a timestamp or an integer of epoch milliseconds"
+            )
+        for aggregate in self.aggregates:
+            # sum and avg always have a source column (only count takes '*').
+            if aggregate.function in ("sum", "avg") and aggregate.source is not None:
+                value_type = schema.field(aggregate.source).type
+                if not (pa.types.is_integer(value_type) or pa.types.is_floating(value_type)
+                        or pa.types.is_decimal(value_type)):
+                    raise OperatorConfigError(
+                        f"operator {self.name!r}: {aggregate.function}({aggregate.source}) needs a numeric "
+                        f"column, {aggregate.source!r} is {value_type}"
+                    )
+
+    # -- one cycle ------------------------------------------------------------------------------------
+
+    def _absorb(self, table: pa.Table) -> None:
+        partials = self._pre_aggregate(table)
+        if partials.num_rows == 0:
+            return
+        current = self._state.partials
+        if current is None or current.num_rows == 0:
+            self._state.partials = partials
+        else:
+            self._state.partials = self._merge(pa.concat_tables([current, partials]))
+
+    def _pre_aggregate(self, table: pa.Table) -> pa.Table:
+        """The cycle's rows as partial aggregates per (key, window start), late assignments removed."""
+        assigned = self._assign_windows(table)
+        emitted_through = self._state.emitted_through
+        if emitted_through is not None and assigned.num_rows:
+            on_time = pc.greater(assigned[_WINDOW_START], pa.scalar(emitted_through - self.spec.size_ms))
+            kept = assigned.filter(on_time)
+            self.ignored_late_assignments += assigned.num_rows - kept.num_rows
+            assigned = kept
+        groups = [*self.spec.key, _WINDOW_START]
+        grouped = assigned.group_by(groups, use_threads=False).aggregate(
+            [(_column_selector(p), p.function) for p in self._partials]
+        )
+        pyarrow_names = [_pyarrow_aggregate_name(p.source_column, p.function) for p in self._partials]
+        return grouped.select([*groups, *pyarrow_names]).rename_columns(
+            [*groups, *(p.column for p in self._partials)]
+        )
+
+    def _assign_windows(self, table: pa.Table) -> pa.Table:
+        """One row per (input row, window containing it), with the window's start in ``__window_start``."""
+        times = event_time_ms(table[self.spec.event_time_column])
+        if times.null_count:
+            self.rows_without_event_time += times.null_count
+            log.warning("rows without event time dropped",
+                        extra={"operator": self.name, "column": self.spec.event_time_column,
+                               "rows": times.null_count})
+            has_time = pc.is_valid(times)
+            table, times = table.filter(has_time), times.filter(has_time)
+        columns = {key: table[key] for key in self.spec.key}
+        for partial in self._partials:
+            if partial.source is not None:
+                columns[_internal_source(partial.source)] = table[partial.source]
+        step, size = self.spec.step_ms, self.spec.size_ms
+        last_start = pc.multiply(floor_divide(times, step), step)
+        pieces = []
+        for hop in range(-(-size // step)):
+            start = pc.subtract(last_start, hop * step)
+            contains = pc.greater(pc.add(start, size), times)
+            pieces.append(pa.table({**columns, _WINDOW_START: start}).filter(contains))
+        return pa.concat_tables(pieces)
+
+    def _merge(self, partials: pa.Table) -> pa.Table:
+        groups = [*self.spec.key, _WINDOW_START]
+        merged = partials.group_by(groups, use_threads=False).aggregate(
+            [(p.column, p.merge) for p in self._partials]
+        )
+        return merged.select([*groups, *(f"{p.column}_{p.merge}" for p in self._partials)]).rename_columns(
+            [*groups, *(p.column for p in self._partials)]
+        )
+
+    def _emit(self, watermark: int | None) -> pa.Table:
+        state = self._state
+        if watermark is not None and (state.emitted_through is None or watermark > state.emitted_through):
+            state.emitted_through = watermark
+        partials = state.partials
+        if partials is None:
+            return self._empty_output()
+        if state.emitted_through is None:
+            return self._finalize(partials.slice(0, 0))
+        due = pc.less_equal(partials[_WINDOW_START], pa.scalar(state.emitted_through - self.spec.size_ms))
+        emitted = partials.filter(due)
+        state.partials = partials.filter(pc.invert(due))
+        return self._finalize(emitted)
+
+    def _finalize(self, partials: pa.Table) -> pa.Table:
+        """Partial aggregates of closed windows -> output rows, ordered by window end then key."""
+        ordered = partials.sort_by([(_WINDOW_START, "ascending"), *((k, "ascending") for k in self.spec.key)])
+        starts = ordered[_WINDOW_START]
+        columns = {key: ordered[key] for key in self.spec.key}
+        columns["window_start"] = starts.cast(OUTPUT_TIMESTAMP)
+        columns["window_end"] = pc.add(starts, self.spec.size_ms).cast(OUTPUT_TIMESTAMP)
+        for aggregate in self.aggregates:
+            columns[aggregate.output] = _final_value(aggregate, ordered)
+        return pa.table(columns)
+
+    def _empty_output(self) -> pa.Table:
+        """No open windows: an empty table of the output schema (no columns if the input was never seen)."""
+        return self._output_schema.empty_table() if self._output_schema is not None else pa.table({})
+
+
+def _final_value(aggregate: Aggregate, partials: pa.Table) -> pa.ChunkedArray[Any]:
+    if aggregate.function != "avg":
+        return partials[aggregate.partials[0].column]
+    total, count = (partials[p.column] for p in aggregate.partials)
+    # The sum is null exactly when the count is 0 (no non-null values), so the quotient is null there too.
+    return pc.divide(total.cast(pa.float64()), count.cast(pa.float64()))
+
+
+def _unique_partials(aggregates: list[Aggregate]) -> tuple[Partial, ...]:
+    """Each (function, column) pre-aggregate once, however many outputs use it (e.g. sum(x) and avg(x))."""
+    return tuple(dict.fromkeys(p for aggregate in aggregates for p in aggregate.partials))
+
+
+def _column_selector(partial: Partial) -> str | list[str]:
+    """The columns pyarrow's group-by aggregates a partial over: its source, or none (``count_all``)."""
+    if partial.source_column is None:
+        return []
+    return partial.source_column
+
+
+def _pyarrow_aggregate_name(source: str | None, function: str) -> str:
+    return function if source is None else f"{source}_{function}"

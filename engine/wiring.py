@@ -1,0 +1,110 @@
+"""The one place a ``ConnectorConfig`` becomes the settings of sources, operators and sinks.
+
+Streaming runs (``engine.checkpoint``) and batch jobs (``engine.batch``) both build their parts here, so a
+config key means the same thing in both and a new key is wired once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from connectors.metadata import with_metadata_fields
+from connectors.source import SourceSettings
+from engine.config import ConnectorConfig, SourceConfig, StepConfig
+from engine.transforms import Operator, OperatorChain, PythonOperator, SqlOperator, WindowOperator, WindowSpec
+from engine.transforms import build_chain as chain_of
+from schemas import Format, make_format
+from sinks import AtLeastOnceKafkaSink, Sink, SinkSettings, TransactionalKafkaSink
+
+SOURCE_NAME = "source"
+"""The name of the config's source; streams added while running bring their own names."""
+
+CrashPoint = Callable[[str], None]
+"""Called with the name of a protocol moment (``between-flush-and-commit``, ...); crash tests kill the
+process there (``engine.testing.faults``). Production runs pass none."""
+
+
+def build_operator(step: StepConfig, index: int) -> Operator:
+    """Step ``index`` of ``transform``; its name (``step<index>-<kind>``) keys its checkpointed state."""
+    name = f"step{index}"
+    if step.sql is not None:
+        return SqlOperator(step.sql, name=f"{name}-sql")
+    if step.python is not None:
+        return PythonOperator(step.python, name=f"{name}-python")
+    assert step.window is not None
+    window = step.window
+    spec = WindowSpec(kind=window.kind, size_ms=window.size, slide_ms=window.slide, key=list(window.key),
+                      time_column=window.time_column, aggregates=dict(window.aggregates))
+    return WindowOperator(spec, name=f"{name}-window")
+
+
+def build_chain(config: ConnectorConfig) -> OperatorChain:
+    return chain_of([build_operator(step, index) for index, step in enumerate(config.transform)])
+
+
+def source_settings(config: ConnectorConfig, source: SourceConfig | None = None,
+                    name: str = SOURCE_NAME) -> SourceSettings:
+    """``source`` (default: the config's) as a ``KafkaSource``'s settings."""
+    source = source or config.source
+    return SourceSettings(
+        name=name,
+        topic=source.topic,
+        format=source.format_spec(config.base_dir),
+        max_batch_records=source.max_batch_records,
+        max_batch_bytes=source.max_batch_bytes,
+        start_from=source.start_from,
+        event_time_column=source.event_time.column,
+        allowed_lateness_ms=source.event_time.allowed_lateness,
+        idle_timeout_ms=source.event_time.idle_timeout,
+        on_error="halt" if source.on_error == "halt" else "dead-letter",  # fail-item: the batch job's call
+        consumer_config=dict(source.consumer),
+    )
+
+
+def sink_settings(config: ConnectorConfig, transactional_id: str, group_id: str) -> SinkSettings:
+    sink = config.sink
+    return SinkSettings(
+        topic=sink.topic,
+        transactional_id=transactional_id,
+        group_id=group_id,
+        dead_letter_topic=config.dead_letter.topic if config.dead_letter else None,
+        key_column=sink.key,
+        include_metadata=tuple(sink.include_metadata),
+        transaction_timeout_ms=sink.transaction_timeout,
+        producer_config=dict(sink.producer),
+    )
+
+
+def source_format(config: ConnectorConfig) -> Format:
+    return make_format(config.source.format_spec(config.base_dir))
+
+
+def sink_format(config: ConnectorConfig) -> Format:
+    return make_format(config.sink.format_spec(config.base_dir))
+
+
+def build_sink(config: ConnectorConfig, bootstrap: str, *, transactional_id: str, group_id: str,
+               before_commit: Callable[[], None] | None = None) -> Sink:
+    """The sink ``sink.delivery`` asks for; ``before_commit`` runs right before a transaction commits."""
+    settings = sink_settings(config, transactional_id, group_id)
+    if config.sink.delivery == "exactly-once":
+        return TransactionalKafkaSink(settings, bootstrap, sink_format(config), before_commit)
+    return AtLeastOnceKafkaSink(settings, bootstrap, sink_format(config))
+
+
+def input_schema(value_format: Format) -> pa.Schema | None:
+    """The rows a cycle sees: the value columns plus the Kafka metadata columns; None when inferred."""
+    if value_format.arrow_schema is None:
+        return None
+    return with_metadata_fields(value_format.arrow_schema)
+
+
+def validate_offline(config: ConnectorConfig) -> None:
+    """Everything that can be checked without a broker: schemas load, the sink format builds, and the
+    transform accepts the source's schema (when the source has an explicit schema)."""
+    schema = input_schema(source_format(config))
+    sink_format(config)
+    if schema is not None:
+        build_chain(config).validate(schema)

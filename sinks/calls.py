@@ -1,0 +1,62 @@
+"""Running librdkafka's blocking transactional calls: retried by error class, bounded from outside."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaException
+
+from sinks.errors import ProducerWedged, SinkError, classify
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0) -> T:
+    """Run a transactional API call, retrying only what librdkafka calls retriable, up to a deadline."""
+    deadline = time.monotonic() + deadline_s
+    backoff = 0.1
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            failure = classify(exc.args[0], what)
+            if failure is not None:
+                raise failure from exc
+            if time.monotonic() > deadline:
+                raise SinkError(f"{what}: still failing after {deadline_s:.0f}s: {exc.args[0].str()}") from exc
+            log.warning("retrying transactional call", extra={"call": what, "error": exc.args[0].str()})
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+
+def within_deadline(call: Callable[[], T], what: str, deadline_s: float) -> T:
+    """Run a blocking librdkafka call on a helper thread and give up on it after ``deadline_s``.
+
+    Why: ``send_offsets_to_transaction`` can block past its own timeout when the group coordinator
+    restarts (librdkafka issues #5456, #5511). A call that never returns would freeze the connector with
+    its transaction open, holding back every read_committed reader. Giving up raises ``ProducerWedged``:
+    the connector then restarts from the last committed checkpoint with a new producer, whose
+    ``init_transactions`` fences the wedged one.
+    """
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # handed to the caller below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, name=f"epochline-{what}", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if worker.is_alive():
+        raise ProducerWedged(f"{what} did not return within {deadline_s:.0f}s; restarting with a new producer")
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value")  # type: ignore[return-value]

@@ -1,0 +1,89 @@
+"""The exactly-once sink: one Kafka transaction per checkpoint epoch, offsets committed inside it.
+
+Why the transaction is the commit point: librdkafka cannot resume a transaction that another process (or
+producer instance) opened; ``init_transactions`` on the same ``transactional.id`` aborts it and fences the
+old instance. So a "prepare at the barrier, commit later" sink loses the epoch when the process dies in
+between. Instead, one Kafka transaction holds one checkpoint epoch: the epoch's output records, its
+dead-letter records, and the source offsets with the checkpoint id in their metadata. When
+``commit_transaction`` returns, the epoch exists; before that, nothing of it does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from confluent_kafka import TopicPartition
+
+from connectors.offset_metadata import tagged
+from schemas import Format
+from sinks.calls import with_retries, within_deadline
+from sinks.errors import ProducerWedged, SinkError
+from sinks.writer import KafkaWriter, SinkSettings
+
+log = logging.getLogger(__name__)
+
+
+class TransactionalKafkaSink(KafkaWriter):
+    """Exactly-once: one Kafka transaction per checkpoint epoch, offsets committed inside it.
+
+    ``before_commit`` runs after the epoch's records are flushed and its offsets sent, right before
+    ``commit_transaction``: the worst moment to crash, where crash tests inject one (``engine.testing.faults``).
+    """
+
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format,
+                 before_commit: Callable[[], None] | None = None):
+        super().__init__(settings, bootstrap, value_format, {
+            "transactional.id": settings.transactional_id,
+            "transaction.timeout.ms": settings.transaction_timeout_ms,
+        })
+        self._before_commit = before_commit
+        self._in_transaction = False
+        self._wedged = False
+
+    def start(self) -> None:
+        """Fence every earlier instance and abort whatever it left open (``init_transactions``)."""
+        with_retries(lambda: self.producer.init_transactions(30),
+                     f"init_transactions({self.settings.transactional_id})")
+        log.info("transactional producer ready", extra={"transactional_id": self.settings.transactional_id})
+
+    def begin_epoch(self) -> None:
+        if not self._in_transaction:
+            with_retries(self.producer.begin_transaction, "begin_transaction")
+            self._in_transaction = True
+
+    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
+        """The commit point: flush, send the offsets tagged with ``metadata`` (the checkpoint id), commit."""
+        self.begin_epoch()
+        self.flush(self.settings.transaction_timeout_ms / 1000)
+        try:
+            if offsets:
+                marked = tagged(offsets, metadata)
+                with_retries(lambda: within_deadline(
+                    lambda: self.producer.send_offsets_to_transaction(marked, group_metadata, 30),
+                    "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({metadata})")
+            if self._before_commit is not None:
+                self._before_commit()
+            with_retries(lambda: within_deadline(lambda: self.producer.commit_transaction(60),
+                                                 "commit_transaction", 120), f"commit_transaction({metadata})")
+        except ProducerWedged:
+            self._wedged = True
+            raise
+        self._in_transaction = False
+
+    def abort_epoch(self) -> None:
+        if self._in_transaction:
+            with_retries(lambda: self.producer.abort_transaction(60), "abort_transaction")
+            self._in_transaction = False
+        self._failed.clear()
+
+    def close(self) -> None:
+        """Leave nothing open: an uncommitted epoch is aborted, not left to time out and block readers.
+        A wedged producer is left alone: the next instance's ``init_transactions`` aborts its epoch."""
+        if self._wedged:
+            return
+        try:
+            self.abort_epoch()
+        except SinkError as error:
+            log.warning("abort on close failed", extra={"error": str(error)})
+        self.producer.flush(5)

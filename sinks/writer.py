@@ -1,0 +1,137 @@
+"""What every sink is (``Sink``), its settings, and ``KafkaWriter``: encode Arrow rows and produce them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from connectors.dead_letter import DeadLetter
+from connectors.metadata import is_metadata_column
+from schemas import Format
+from sinks.errors import EpochAborted, SinkError, classify
+from sinks.produce import Headers, produce_all
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    topic: str
+    transactional_id: str
+    group_id: str
+    dead_letter_topic: str | None = None
+    key_column: str | None = None
+    include_metadata: Sequence[str] = ()
+    transaction_timeout_ms: int = 60_000
+    producer_config: dict[str, str] = field(default_factory=dict)
+    max_queued_messages: int = 500_000
+
+
+class Produced(NamedTuple):
+    """What one ``write`` handed to the producer: records and the bytes of their encoded values."""
+
+    records: int
+    bytes: int
+
+
+class Sink(Protocol):
+    """What the pipeline needs of a sink, whatever its delivery guarantee."""
+
+    def start(self) -> None: ...
+    def begin_epoch(self) -> None: ...
+    def write(self, table: pa.Table) -> Produced: ...
+    def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int: ...
+    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None: ...
+    def abort_epoch(self) -> None: ...
+    def is_backpressured(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+def _key_bytes(column: pa.ChunkedArray[Any]) -> list[bytes | None]:
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column.to_pylist()
+    return [None if v is None else v.encode() for v in column.cast(pa.string()).to_pylist()]
+
+
+class KafkaWriter:
+    """Encodes Arrow rows and produces them; shared by both delivery guarantees.
+
+    Delivery reports are requested only for failures (``delivery.report.only.error``), so success costs
+    nothing per record, and a failed delivery is never lost: it is remembered and raised at the next
+    flush, before any offset that covers it is committed.
+    """
+
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format, extra: dict[str, object]):
+        self.settings = settings
+        self._format = value_format
+        self._failed: list[str] = []
+        config: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": settings.max_queued_messages,
+            "queue.buffering.max.kbytes": 65_536,  # memory is bounded by these queues, not by topic size
+            "compression.type": "lz4",
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+            **extra,
+            **settings.producer_config,
+        }
+        self.producer = Producer(config)
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._failed.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
+
+    def _output_columns(self, table: pa.Table) -> pa.Table:
+        keep = [name for name in table.column_names
+                if not is_metadata_column(name) or name in self.settings.include_metadata]
+        return table.select(keep)
+
+    def write(self, table: pa.Table) -> Produced:
+        """Encode and produce every row; returns how many records (and value bytes) went to the producer."""
+        if table.num_rows == 0:
+            return Produced(0, 0)
+        keys = _key_bytes(table.column(self.settings.key_column)) if self.settings.key_column else None
+        output = self._output_columns(table)
+        values: list[bytes | None] = []
+        for batch in output.to_batches():
+            values += self._format.encode(batch)
+        self._produce(self.settings.topic, values, keys)
+        return Produced(len(values), sum(map(len, filter(None, values))))
+
+    def _produce(self, topic: str, values: list[bytes | None], keys: list[bytes | None] | None = None,
+                 headers: list[Headers] | None = None) -> None:
+        try:
+            produce_all(self.producer, topic, values, keys, headers)
+        except KafkaException as exc:  # e.g. fenced, or no transaction open
+            what = f"produce to {topic}"
+            raise classify(exc.args[0], what) or SinkError(f"{what}: {exc.args[0].str()}") from exc
+
+    def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
+        letters = list(letters)
+        if not letters:
+            return 0
+        if self.settings.dead_letter_topic is None:
+            raise SinkError(f"{len(letters)} dead-letter records but no dead_letter topic is configured")
+        self._produce(
+            self.settings.dead_letter_topic,
+            [letter.value or b"" for letter in letters],
+            [letter.key for letter in letters],
+            [letter.headers() for letter in letters],
+        )
+        return len(letters)
+
+    def flush(self, timeout: float) -> None:
+        """Wait until every record is acknowledged; a failed delivery raises before offsets move."""
+        remaining = self.producer.flush(timeout)
+        if remaining:
+            raise EpochAborted(f"{remaining} records to {self.settings.topic} were not delivered within {timeout}s")
+        if self._failed:
+            failed, self._failed = self._failed, []
+            raise EpochAborted(f"{len(failed)} records failed delivery, e.g. {failed[0]}")
+
+    def is_backpressured(self) -> bool:
+        return len(self.producer) > self.settings.max_queued_messages // 2

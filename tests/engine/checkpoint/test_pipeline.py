@@ -1,0 +1,85 @@
+"""``KafkaPipeline`` in process against the real broker: what recovery refuses, and what the metrics count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.admin import create_topic, end_offsets
+from engine.checkpoint import (
+    ConnectorFailed,
+    CoordinatorSettings,
+    KafkaPipeline,
+    RunOptions,
+    StreamingCoordinator,
+    run_connector,
+)
+from engine.config import ConnectorConfig, load_config
+from engine.metrics import Metrics
+from engine.testing import read_values
+from engine.wiring import SOURCE_NAME
+from tests.helpers.connector_process import produce_values, write_config
+
+PARTITIONS = 2
+RECORDS = 2_000
+
+
+def connector_with_input(bootstrap: str, tmp_path: Path, topic: str) -> tuple[ConnectorConfig, list[bytes]]:
+    """A connector over a fresh input topic holding ``RECORDS`` JSON orders (every tenth one negative)."""
+    path = write_config(tmp_path, {
+        "name": f"pipeline-{topic}",
+        "source": {"topic": f"{topic}-in", "format": "json"},
+        "transform": {"sql": "SELECT id, amount FROM input WHERE amount >= 0"},
+        "sink": {"topic": f"{topic}-out", "format": "json"},
+        "dead_letter": {"topic": f"{topic}-dlq"},
+        "checkpoint": {"interval": "200ms", "dir": str(tmp_path / "state")},
+    })
+    config = load_config(path)
+    for name in (config.source.topic, config.sink.topic, f"{topic}-dlq"):
+        create_topic(bootstrap, name, PARTITIONS)
+    values = [orjson.dumps({"id": i, "amount": -1.0 if i % 10 == 0 else float(i)}) for i in range(RECORDS)]
+    produce_values(bootstrap, config.source.topic, values, PARTITIONS)
+    return config, values
+
+
+def commit_offsets(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_metadata_epochline_did_not_write_stops_recovery_naming_group_partition_and_string(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    config, _ = connector_with_input(kafka_bootstrap, tmp_path, unique_topic)
+    commit_offsets(kafka_bootstrap, config.group_id, [
+        TopicPartition(config.source.topic, 1, 5, metadata="epochline:checkpoint=abc")])
+
+    with pytest.raises(ConnectorFailed) as failure:
+        run_connector(config, RunOptions(bootstrap=kafka_bootstrap, stop_at_end=True, max_restarts=0))
+
+    message = str(failure.value)
+    assert f"consumer group {config.group_id!r}" in message
+    assert f"topic {config.source.topic!r} partition(s) [1]" in message
+    assert "'epochline:checkpoint=abc'" in message
+    assert read_values(kafka_bootstrap, config.sink.topic) == []
+
+
+def test_the_metrics_count_records_and_wire_bytes_in_and_out(kafka_bootstrap: str, unique_topic: str,
+                                                           tmp_path: Path) -> None:
+    config, values = connector_with_input(kafka_bootstrap, tmp_path, unique_topic)
+    metrics = Metrics()
+    ends = {SOURCE_NAME: end_offsets(kafka_bootstrap, config.source.topic)}
+    coordinator = StreamingCoordinator(KafkaPipeline(config, kafka_bootstrap, metrics),
+                                       CoordinatorSettings(checkpoint_interval_s=0.2, stop_at=ends))
+    coordinator.run()
+
+    output = read_values(kafka_bootstrap, config.sink.topic)
+    counted = metrics.snapshot()
+    assert (counted["records_in"], counted["bytes_in"]) == (RECORDS, sum(map(len, values)))
+    assert len(output) == RECORDS - RECORDS // 10
+    assert (counted["records_out"], counted["bytes_out"]) == (len(output), sum(len(v or b"") for v in output))

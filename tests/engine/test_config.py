@@ -1,0 +1,85 @@
+"""Connector configs: every mistake is an error that names the key, before anything touches Kafka."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.config import ConfigError, duration_ms, load_config
+from tests.helpers import EXAMPLES
+
+
+def write(tmp_path: Path, **overrides: object) -> Path:
+    config = {"name": "orders-clean", "source": {"topic": "orders", "format": "json"},
+              "transform": {"sql": "SELECT id FROM input"}, "sink": {"topic": "out"},
+              "dead_letter": {"topic": "dlq"}, **overrides}
+    path = tmp_path / "connector.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_the_example_config_loads_with_paths_relative_to_its_file() -> None:
+    config = load_config(EXAMPLES / "orders-clean.yaml")
+    assert config.source.format_spec(config.base_dir).schema == EXAMPLES / "orders.schema.json"
+    assert config.checkpoint.interval == 1000
+    assert config.transactional_id == "epochline-orders-clean-0"
+
+
+def test_an_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"sink\.delivry: unknown key"):
+        load_config(write(tmp_path, sink={"topic": "out", "delivry": "exactly-once"}))
+
+
+def test_a_transaction_timeout_below_the_checkpoint_budget_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="transaction_timeout"):
+        load_config(write(tmp_path, sink={"topic": "out", "transaction_timeout": "10s"},
+                          checkpoint={"interval": "5s", "timeout": "30s"}))
+
+
+def test_dead_lettering_without_a_dead_letter_topic_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    del raw["dead_letter"]
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match="dead_letter.topic is required"):
+        load_config(path)
+
+
+def test_a_transform_step_needs_exactly_one_kind(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="exactly one of sql, python, window"):
+        load_config(write(tmp_path, transform={"sql": "SELECT 1", "python": "m:f"}))
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read connector config"):
+        load_config(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("text, ms", [("500ms", 500), ("1s", 1000), ("2m", 120_000), ("1h", 3_600_000),
+                                      ("1d", 86_400_000), ("1.5s", 1500), (250, 250)])
+def test_durations_accept_units(text: str | int, ms: int) -> None:
+    assert duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("problem, expected", [
+    ({"sink": {"topic": "out", "delivery": "twice"}}, "sink.delivery"),
+    ({"chekpoint": {"interval": "1s"}}, "chekpoint: unknown key"),
+    ({"transform": {"sql": "SELEC nonsense"}}, "step0-sql"),
+])
+def test_validate_command_names_what_is_wrong(tmp_path: Path, problem: dict, expected: str) -> None:
+    path = write(tmp_path, source={"topic": "in", "format": "json", "schema": str(EXAMPLES / "orders.schema.json")},
+                 **problem)
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "validate", str(path)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert expected in done.stderr
+
+
+def test_validate_command_accepts_the_example() -> None:
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "validate", str(EXAMPLES / "orders-clean.yaml")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "ok" in done.stdout

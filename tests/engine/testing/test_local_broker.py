@@ -1,0 +1,114 @@
+"""The local broker is a real Kafka: it filters aborted transactions and is started/stopped by PID."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from connectors.admin import create_topic
+from engine.testing.local_broker import (
+    BrokerAlreadyRunning,
+    BrokerError,
+    LocalBroker,
+    PortInUse,
+    ToolMissing,
+    fetch_kafka_jars,
+    free_port,
+    kafka_classpath,
+)
+
+
+def _read_all(bootstrap: str, topic: str, isolation: str, expected_at_least: int) -> list[bytes]:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{topic}-{isolation}",
+        "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.auto.commit": False,
+    })
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    idle_polls = 0
+    try:
+        while idle_polls < 10 or (len(values) < expected_at_least and idle_polls < 60):
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                idle_polls += 1
+                continue
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_read_committed_sees_only_committed_transactions(kafka_bootstrap: str, unique_topic: str) -> None:
+    create_topic(kafka_bootstrap, unique_topic)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{unique_topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(unique_topic, b"committed")
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(unique_topic, b"aborted")
+    producer.flush(30)
+    producer.abort_transaction(30)
+
+    assert _read_all(kafka_bootstrap, unique_topic, "read_committed", 1) == [b"committed"]
+    assert sorted(_read_all(kafka_bootstrap, unique_topic, "read_uncommitted", 2)) == [b"aborted", b"committed"]
+
+
+def _process_exists(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def test_start_then_stop_leaves_no_process(tmp_path: Path) -> None:
+    broker = LocalBroker(tmp_path / "broker")
+    state = broker.start(port=free_port())
+    try:
+        assert _process_exists(state.pid)
+        assert broker.state() == state
+    finally:
+        assert broker.stop()
+    assert not _process_exists(state.pid)
+    assert broker.state() is None
+
+
+def test_second_start_on_same_data_dir_says_already_running(tmp_path: Path) -> None:
+    broker = LocalBroker(tmp_path / "broker")
+    broker.start(port=free_port())
+    try:
+        with pytest.raises(BrokerAlreadyRunning, match="already running"):
+            broker.start(port=free_port())
+    finally:
+        broker.stop()
+
+
+def test_start_on_a_taken_port_names_the_port(tmp_path: Path, kafka_bootstrap: str) -> None:
+    taken = int(kafka_bootstrap.rsplit(":", 1)[1])
+    with pytest.raises(PortInUse, match=f"port {taken}"):
+        LocalBroker(tmp_path / "broker").start(port=taken)
+
+
+def test_stop_without_a_broker_reports_nothing_running(tmp_path: Path) -> None:
+    assert LocalBroker(tmp_path / "none").stop() is False
+    assert os.path.exists(tmp_path)
+
+
+def test_missing_java_is_named_with_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolMissing, match="'java' was not found.*apt-get install"):
+        LocalBroker(tmp_path / "broker").start(port=free_port())
+
+
+def test_missing_maven_is_named_when_the_jars_are_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("EPOCHLINE_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("KAFKA_HOME", raising=False)
+    with pytest.raises(ToolMissing, match="'mvn' was not found"):
+        fetch_kafka_jars()
+
+
+def test_kafka_home_without_kafka_jars_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_HOME", str(tmp_path))
+    with pytest.raises(BrokerError, match="KAFKA_HOME"):
+        kafka_classpath()

@@ -1,0 +1,117 @@
+"""Running ``epochline run`` as a real subprocess and reading what it committed, for the crash tests.
+
+The connector runs as its own process so that SIGKILL is a real crash: nothing in this test process
+can flush, commit or clean up on its behalf.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import yaml
+from confluent_kafka import Producer
+
+from connectors.source import KafkaSource, SourceBatch
+from sinks import produce_waiting
+from tests.helpers import REPO_ROOT
+
+
+@dataclass
+class Connector:
+    """One ``epochline run`` process; stderr goes to a file so a test can show why it failed."""
+
+    process: subprocess.Popen
+    log_path: Path
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"connector did not finish in {timeout}s; log tail:\n{self.log_tail()}") from None
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def crashed_by_fault(self) -> bool:
+        return '"injected crash"' in self.log_path.read_text(errors="replace")
+
+
+def write_config(directory: Path, config: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{config['name']}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def start_connector(config_path: Path, bootstrap: str, *, stop_at_end: bool = False,
+                    faults: str = "", log_name: str = "connector", command: Sequence[str] = ("run",),
+                    extra_args: Sequence[str] = ()) -> Connector:
+    """``epochline <command> CONFIG --bootstrap-servers B [extra_args]`` as its own process."""
+    log_path = config_path.parent / f"{log_name}-{time.monotonic_ns()}.log"
+    argv = [sys.executable, "-m", "engine.cli", *command, str(config_path), "--bootstrap-servers", bootstrap,
+            *extra_args]
+    if stop_at_end:
+        argv.append("--stop-at-end")
+    env = {**os.environ, "EPOCHLINE_TEST_FAULTS": faults}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+    return Connector(process, log_path)
+
+
+def produce_values(bootstrap: str, topic: str, rows: list[bytes], partitions: int, seconds: float = 0.0) -> None:
+    """Write ``rows`` round-robin over the partitions, spread evenly over ``seconds`` (a live stream)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
+    started = time.monotonic()
+    for index, value in enumerate(rows):
+        produce_waiting(producer, topic, value, partition=index % partitions, wait_s=0.1)
+        if seconds and index % 1000 == 0:
+            producer.poll(0)
+            ahead = started + seconds * index / len(rows) - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+    assert producer.flush(60) == 0, f"could not write the input to {topic}"
+
+
+class LiveInput:
+    """A producer thread writing the input while connectors are started and killed."""
+
+    def __init__(self, bootstrap: str, topic: str, rows: list[bytes], partitions: int, seconds: float) -> None:
+        self._thread = threading.Thread(target=produce_values, args=(bootstrap, topic, rows, partitions, seconds),
+                                        daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float = 120) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the input producer did not finish"
+
+
+def json_field_counts(values: list[bytes], field: str) -> Counter:
+    return Counter(orjson.loads(value)[field] for value in values)
+
+
+def read_until(source: KafkaSource, ends: Mapping[int, int], deadline_s: float = 60.0) -> list[SourceBatch]:
+    """Every batch ``source`` hands out until its position reaches ``ends`` (bounded by a deadline)."""
+    batches = []
+    deadline = time.monotonic() + deadline_s
+    while not source.reached(ends):
+        assert time.monotonic() < deadline, f"source stuck at {source.position()} before ends {ends}"
+        batch = source.poll_batch(0.5)
+        if batch is not None:
+            batches.append(batch)
+    return batches

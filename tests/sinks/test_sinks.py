@@ -1,0 +1,120 @@
+"""The transactional sink: the Kafka transaction is the commit point of an epoch."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from connectors.admin import create_topic
+from connectors.dead_letter import DeadLetter
+from connectors.offset_metadata import checkpoint_id_from_metadata, checkpoint_metadata
+from engine.testing import read_values
+from schemas import FormatSpec, make_format
+from sinks import EpochAborted, ProducerFenced, ProducerWedged, SinkFatal, SinkSettings, TransactionalKafkaSink
+from sinks.calls import within_deadline
+from sinks.errors import classify
+
+
+def sink_for(bootstrap: str, topic: str, **settings: object) -> TransactionalKafkaSink:
+    create_topic(bootstrap, topic, 2)
+    create_topic(bootstrap, f"{topic}-dlq", 1)
+    return TransactionalKafkaSink(
+        SinkSettings(topic=topic, transactional_id=f"tx-{topic}", group_id=f"group-{topic}",
+                     dead_letter_topic=f"{topic}-dlq", **settings),
+        bootstrap, make_format(FormatSpec("json")))
+
+
+ROWS = pa.table({"id": [1, 2, 3], "__kafka_offset": pa.array([10, 11, 12], pa.int64())})
+
+
+def group_metadata(bootstrap: str, group: str) -> tuple[Consumer, object]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    return consumer, consumer.consumer_group_metadata()
+
+
+def test_a_committed_epoch_carries_output_dead_letters_and_tagged_offsets(kafka_bootstrap: str,
+                                                                          unique_topic: str) -> None:
+    sink = sink_for(kafka_bootstrap, unique_topic)
+    source_topic = f"{unique_topic}-in"
+    create_topic(kafka_bootstrap, source_topic, 1)
+    consumer, metadata = group_metadata(kafka_bootstrap, f"group-{unique_topic}")
+    sink.start()
+    sink.begin_epoch()
+    sink.write(ROWS)
+    sink.write_dead_letters([DeadLetter("in", 0, 5, b"k", b"{bad", "not JSON", "decode")])
+    sink.commit_epoch([TopicPartition(source_topic, 0, 42)], checkpoint_metadata(7), metadata)
+    sink.close()
+
+    assert sorted(orjson.loads(v)["id"] for v in read_values(kafka_bootstrap, unique_topic)) == [1, 2, 3]
+    assert read_values(kafka_bootstrap, f"{unique_topic}-dlq") == [b"{bad"]
+    committed = consumer.committed([TopicPartition(source_topic, 0)], timeout=10)[0]
+    assert (committed.offset, checkpoint_id_from_metadata(committed.metadata)) == (42, 7)
+    consumer.close()
+
+
+def test_metadata_columns_are_not_written_unless_selected(kafka_bootstrap: str, unique_topic: str) -> None:
+    sink = sink_for(kafka_bootstrap, unique_topic, include_metadata=("__kafka_offset",))
+    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    sink.start()
+    sink.begin_epoch()
+    sink.write(ROWS.select(["id"]).append_column("__kafka_partition", pa.array([0, 0, 0], pa.int32()))
+               .append_column("__kafka_offset", ROWS.column("__kafka_offset")))
+    sink.commit_epoch([], checkpoint_metadata(1), metadata)
+    sink.close()
+    rows = [orjson.loads(v) for v in read_values(kafka_bootstrap, unique_topic)]
+    assert sorted(rows, key=lambda r: r["id"])[0] == {"id": 1, "__kafka_offset": 10}
+
+
+def test_an_aborted_epoch_leaves_nothing_for_read_committed(kafka_bootstrap: str, unique_topic: str) -> None:
+    sink = sink_for(kafka_bootstrap, unique_topic)
+    sink.start()
+    sink.begin_epoch()
+    sink.write(ROWS)
+    sink.flush(10)
+    sink.abort_epoch()
+    sink.close()
+    assert read_values(kafka_bootstrap, unique_topic) == []
+    assert len(read_values(kafka_bootstrap, unique_topic, isolation="read_uncommitted")) == 3
+
+
+def test_a_newer_instance_fences_the_older_one(kafka_bootstrap: str, unique_topic: str) -> None:
+    old = sink_for(kafka_bootstrap, unique_topic)
+    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    old.start()
+    old.begin_epoch()
+    old.write(ROWS)
+    new = sink_for(kafka_bootstrap, unique_topic)
+    new.start()
+    with pytest.raises(ProducerFenced, match="fenced"):
+        old.commit_epoch([], checkpoint_metadata(1), metadata)
+    new.close()
+    assert read_values(kafka_bootstrap, unique_topic) == []
+
+
+@pytest.mark.parametrize("error, expected", [
+    (KafkaError(KafkaError._FENCED, "fenced", fatal=True), ProducerFenced),
+    (KafkaError(KafkaError._STATE, "boom", fatal=True), SinkFatal),
+    (KafkaError(KafkaError._TIMED_OUT, "late", txn_requires_abort=True), EpochAborted),
+    (KafkaError(KafkaError._TIMED_OUT, "again", retriable=True), None),
+])
+def test_librdkafka_error_classes_map_to_actions(error: KafkaError, expected: type | None) -> None:
+    classified = classify(error, "commit_transaction")
+    assert (type(classified) if classified is not None else None) is expected
+
+
+def test_a_call_that_never_returns_is_given_up_as_wedged() -> None:
+    never = threading.Event()
+    with pytest.raises(ProducerWedged, match="did not return within"):
+        within_deadline(never.wait, "send_offsets_to_transaction", 0.2)
+    never.set()
+
+
+def test_checkpoint_ids_round_trip_through_offset_metadata(tmp_path: Path) -> None:
+    assert checkpoint_id_from_metadata(checkpoint_metadata(123)) == 123
+    assert checkpoint_id_from_metadata("someone else's metadata") is None
+    assert checkpoint_id_from_metadata(None) is None
