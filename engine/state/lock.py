@@ -1,0 +1,58 @@
+"""One live process per checkpoint directory."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import IO
+
+from engine.state.errors import StateDirLocked
+
+
+class StateDirLock:
+    """An exclusive ``flock`` on ``<dir>/owner.lock``: one live process per checkpoint directory.
+
+    Why: when a second instance of a connector takes over (it fences the first through the Kafka
+    transactional id), the first may still be writing a checkpoint file into the shared directory.
+    The new instance fences first, then waits here until the old one has exited (the kernel drops the
+    lock with the process, even on SIGKILL), and only then reads state.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / "owner.lock"
+        self._handle: IO[str] | None = None
+
+    def acquire(self, timeout_s: float) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    handle.close()
+                    raise StateDirLocked(
+                        f"checkpoint directory {self.path.parent} is still owned by another process "
+                        f"(pid {self._owner() or 'unknown'}) after {timeout_s:.0f}s") from None
+                time.sleep(0.1)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._handle = handle
+
+    def _owner(self) -> str:
+        try:
+            return self.path.read_text().strip()
+        except OSError:
+            return ""
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
