@@ -155,7 +155,7 @@ class AvroFormat:
                 continue
             try:
                 records.append(codec.read_body(io.BytesIO(payload), len(payload)))
-            except Exception as exc:  # any fastavro error means this one payload is bad
+            except Exception as exc:  # noqa: BLE001 - any fastavro error means this one payload is bad
                 failures.append(DecodeFailure(index, body_failure(exc, len(payload), codec.source)))
                 continue
             indices.append(index)

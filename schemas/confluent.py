@@ -184,7 +184,7 @@ class ConfluentAvroFormat:
         except fastavro.read.SchemaResolutionError as exc:
             return (f"records written with schema id {schema_id} cannot be read into the reader schema from "
                     f"{self._reader.source}: {exc}")
-        except Exception as exc:  # any other fastavro error means this one payload is bad
+        except Exception as exc:  # noqa: BLE001 - any other fastavro error means this one payload is bad
             return body_failure(exc, len(payload), f"schema id {schema_id}")
         return None
 

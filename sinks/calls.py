@@ -49,7 +49,7 @@ def within_deadline(call: Callable[[], T], what: str, deadline_s: float) -> T:
     def run() -> None:
         try:
             outcome["value"] = call()
-        except BaseException as error:  # handed to the caller below
+        except BaseException as error:  # noqa: BLE001 - handed to the caller below
             outcome["error"] = error
 
     worker = threading.Thread(target=run, name=f"epochline-{what}", daemon=True)

@@ -26,7 +26,7 @@ class StateDirLock:
 
     def acquire(self, timeout_s: float) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")
+        handle = open(self.path, "a+")  # noqa: SIM115 - held for as long as this process owns the dir
         deadline = time.monotonic() + timeout_s
         while True:
             try:
