@@ -18,20 +18,13 @@ import time
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
 
-from connectors.admin import watermark_offsets
+from connectors.admin import committed_offsets, watermark_offsets
 from sinks import produce_waiting
-
-# A group's coordinator moves or loads right after the broker starts; librdkafka does not flag these
-# errors as retriable for committed(), but they clear within seconds.
-COORDINATOR_NOT_READY = {
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-}
 
 
 class CopyStopped(RuntimeError):
@@ -41,24 +34,11 @@ class CopyStopped(RuntimeError):
 def _assign_from_committed(consumer: Consumer, topic: str) -> list[TopicPartition]:
     """Assign every partition at the group's committed offset, or at the beginning when none is committed."""
     partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-    committed = _committed(consumer, [TopicPartition(topic, p) for p in partitions])
+    committed = committed_offsets(consumer, [TopicPartition(topic, p) for p in partitions], timeout=60)
     start = [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
              for tp in committed]
     consumer.assign(start)
     return [TopicPartition(topic, p) for p in partitions]
-
-
-def _committed(consumer: Consumer, partitions: list[TopicPartition], timeout: float = 60.0) -> list[TopicPartition]:
-    """The group's committed offsets, retrying retriable errors (a new group's coordinator may be loading)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return consumer.committed(partitions, timeout=30)
-        except KafkaException as error:
-            transient = error.args[0].retriable() or error.args[0].code() in COORDINATOR_NOT_READY
-            if not transient or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def _end_offsets(consumer: Consumer, partitions: list[TopicPartition]) -> dict[int, int]:

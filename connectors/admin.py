@@ -4,21 +4,38 @@ partition offsets. Every partition start/end offset look-up in epochline goes th
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports without declaring it
 
+log = logging.getLogger(__name__)  # librdkafka's own lines too (the clients' ``logger``)
+
 _QUIET = 4  # librdkafka log level: warnings and worse
+
+COORDINATOR_NOT_READY = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+})
+"""A group's coordinator moves or loads right after the broker starts: librdkafka does not flag these as
+retriable for ``committed()``, but they clear within seconds."""
 
 
 class TopicAdminError(RuntimeError):
     """A topic could not be created or described, or its offsets could not be read."""
 
 
+def _admin_client(bootstrap: str) -> AdminClient:
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": _QUIET, "logger": log}
+    return AdminClient(config)
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None,
                  timeout: float = 30.0) -> None:
     """Create ``topic`` and wait for the broker to confirm it; an existing topic is left as it is."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": _QUIET})
+    admin = _admin_client(bootstrap)
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                                   operation_timeout=timeout, request_timeout=timeout)
     try:
@@ -30,7 +47,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[s
 
 def partitions_of(bootstrap: str, topic: str, timeout: float = 30.0) -> list[int]:
     """The topic's partition ids; a missing topic is an error that names it."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": _QUIET})
+    admin = _admin_client(bootstrap)
     try:
         metadata = admin.list_topics(topic, timeout=timeout)
     except KafkaException as error:
@@ -59,7 +76,8 @@ def watermark_offsets(consumer: Consumer, topic: str, partitions: list[int],
 def partition_offsets(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, tuple[int, int]]:
     """``watermark_offsets`` of every partition of ``topic``, read as a ``read_committed`` consumer."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "epochline-end-offsets",
-                         "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": _QUIET})
+                         "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": _QUIET,
+                         "logger": log})
     try:
         return watermark_offsets(consumer, topic, partitions_of(bootstrap, topic, timeout), timeout)
     finally:
@@ -69,3 +87,21 @@ def partition_offsets(bootstrap: str, topic: str, timeout: float = 30.0) -> dict
 def end_offsets(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, int]:
     """Per partition, the offset a ``read_committed`` reader stops before (the last stable offset)."""
     return {partition: end for partition, (_, end) in partition_offsets(bootstrap, topic, timeout).items()}
+
+
+def committed_offsets(consumer: Consumer, partitions: list[TopicPartition], timeout: float = 30.0,
+                      ) -> list[TopicPartition]:
+    """The consumer's group's committed offsets (with metadata) for ``partitions``, retrying retriable errors
+    and a coordinator that is not ready yet until ``timeout``; then ``TopicAdminError``."""
+    deadline = time.monotonic() + timeout
+    backoff = 0.1
+    while True:
+        try:
+            return list(consumer.committed(partitions, timeout=max(0.1, deadline - time.monotonic())))
+        except KafkaException as exc:
+            error = exc.args[0]
+            transient = error.retriable() or error.code() in COORDINATOR_NOT_READY
+            if not transient or time.monotonic() + backoff > deadline:
+                raise TopicAdminError(f"committed offsets unavailable: {error}") from exc
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)

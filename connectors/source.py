@@ -36,12 +36,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from connectors.admin import TopicAdminError, watermark_offsets
+from connectors.admin import TopicAdminError, committed_offsets, watermark_offsets
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.metadata import METADATA_COLUMNS, METADATA_FIELDS, with_metadata_fields
-from connectors.watermarks import WatermarkTracker, max_event_time_per_partition
-from schemas import FormatSpec, make_format
+from connectors.watermarks import WatermarkTracker, observe_batch
+from schemas import Format, FormatSpec, make_format
 from schemas.base import Decoded, SchemaError
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,7 @@ class KafkaSource:
         events = [m for m in taken if m.error() is not None]
         ends = self._ends_reached(events)
         records = [m for m in taken if m.error() is None] if events else taken
-        columns = _RecordColumns.of(records)
+        columns = RecordColumns.of(records)
         source_batch = self._to_source_batch(columns, value_bytes) if records else None
         self._pending = self._pending[take:]
         self._advance(columns, ends)
@@ -279,44 +279,20 @@ class KafkaSource:
                                                      "partition": event.partition(), "error": error.str()})
         return ends
 
-    def _advance(self, columns: _RecordColumns, ends: Mapping[int, int]) -> None:
+    def _advance(self, columns: RecordColumns, ends: Mapping[int, int]) -> None:
         last_handed_out = dict(zip(columns.partitions, columns.offsets))
         for partition, offset in (*((p, o + 1) for p, o in last_handed_out.items()), *ends.items()):
             if offset > self._positions.get(partition, -1):
                 self._positions[partition] = offset
 
-    def _to_source_batch(self, columns: _RecordColumns, value_bytes: int) -> SourceBatch:
-        topic = self.settings.topic
-        decoded = self.format.decode(columns.values)
-        dead_letters = [DeadLetter(topic, columns.partitions[f.index], columns.offsets[f.index],
-                                   columns.keys[f.index], columns.values[f.index], f.reason, "decode")
-                        for f in decoded.failures]
-        if dead_letters:
-            if self.settings.on_error == "halt":
-                raise PoisonRecord(dead_letters[0])
-            log.warning("records dead-lettered", extra={"source": self.name, "topic": topic,
-                                                        "count": len(dead_letters),
-                                                        "first": dead_letters[0].describe()})
-        return SourceBatch(self.name, self._with_metadata(decoded, columns), dead_letters, value_bytes)
+    def _to_source_batch(self, columns: RecordColumns, value_bytes: int) -> SourceBatch:
+        return decode_records(self.name, self.settings.topic, self.format, columns, on_error=self.settings.on_error,
+                              value_bytes=value_bytes)
 
     def observe_event_times(self, batch: pa.RecordBatch) -> None:
         """Advance the watermark with a batch's event times. Not done inside ``poll_batch``: the engine
         first judges the batch's rows late against the watermark from *before* it, then observes them."""
-        if batch.num_rows:
-            for partition, event_time in max_event_time_per_partition(batch, self.settings.event_time_column).items():
-                self.watermarks.observe(partition, event_time)
-
-    def _with_metadata(self, decoded: Decoded, columns: _RecordColumns) -> pa.RecordBatch:
-        clash = set(decoded.batch.schema.names) & set(METADATA_COLUMNS)
-        if clash:
-            raise SchemaError(f"source {self.name!r}: topic {self.settings.topic!r} values have columns "
-                              f"{sorted(clash)} that collide with the Kafka metadata columns")
-        arrays = columns.metadata_arrays()
-        if len(decoded.indices) != len(columns.values):
-            rows = pa.array(decoded.indices, type=pa.int64())
-            arrays = [array.take(rows) for array in arrays]
-        schema = with_metadata_fields(decoded.batch.schema)
-        return pa.RecordBatch.from_arrays([*decoded.batch.columns, *arrays], schema=schema)
+        observe_batch(self.watermarks, batch, self.settings.event_time_column)
 
     # -- cuts and committed offsets -----------------------------------------------------------------------
 
@@ -356,11 +332,10 @@ class KafkaSource:
         """Per partition the group committed, its offset and metadata string."""
         asked = [TopicPartition(self.settings.topic, p) for p in self.partitions()]
         try:
-            answered = self._consumer.committed(asked, timeout=self.timeout)
-        except KafkaException as error:
-            raise SourceUnavailable(f"source {self.name!r}: committed offsets of group {self.group_id!r} on "
-                                    f"topic {self.settings.topic!r} unavailable on {self.bootstrap}: {error}"
-                                    ) from error
+            answered = committed_offsets(self._consumer, asked, self.timeout)
+        except TopicAdminError as error:
+            raise SourceUnavailable(f"source {self.name!r}: group {self.group_id!r} on topic "
+                                    f"{self.settings.topic!r} on {self.bootstrap}: {error}") from error
         return {tp.partition: (tp.offset, tp.metadata) for tp in answered if tp.offset >= 0}
 
     def consumer_group_metadata(self) -> object:
@@ -390,9 +365,41 @@ class KafkaSource:
         return lags
 
 
+def decode_records(source: str, topic: str, value_format: Format, columns: RecordColumns, *,
+                   on_error: Literal["dead-letter", "halt"] = "dead-letter", value_bytes: int = 0) -> SourceBatch:
+    """Records as a ``SourceBatch``: values decoded with ``value_format`` plus the metadata columns, and a
+    ``DeadLetter`` (original bytes, reason) for each record that does not decode, or ``PoisonRecord`` for
+    the first one when ``on_error`` is ``halt``. Kafka sources and the broker-free test driver both decode
+    here, so a test on the driver sees what a run sees."""
+    decoded = value_format.decode(columns.values)
+    dead_letters = [DeadLetter(topic, columns.partitions[f.index], columns.offsets[f.index],
+                               columns.keys[f.index], columns.values[f.index], f.reason, "decode")
+                    for f in decoded.failures]
+    if dead_letters:
+        if on_error == "halt":
+            raise PoisonRecord(dead_letters[0])
+        log.warning("records dead-lettered", extra={"source": source, "topic": topic, "count": len(dead_letters),
+                                                    "first": dead_letters[0].describe()})
+    return SourceBatch(source, _with_metadata(source, topic, decoded, columns), dead_letters, value_bytes)
+
+
+def _with_metadata(source: str, topic: str, decoded: Decoded, columns: RecordColumns) -> pa.RecordBatch:
+    clash = set(decoded.batch.schema.names) & set(METADATA_COLUMNS)
+    if clash:
+        raise SchemaError(f"source {source!r}: topic {topic!r} values have columns "
+                          f"{sorted(clash)} that collide with the Kafka metadata columns")
+    arrays = columns.metadata_arrays()
+    if len(decoded.indices) != len(columns.values):
+        rows = pa.array(decoded.indices, type=pa.int64())
+        arrays = [array.take(rows) for array in arrays]
+    schema = with_metadata_fields(decoded.batch.schema)
+    return pa.RecordBatch.from_arrays([*decoded.batch.columns, *arrays], schema=schema)
+
+
 @dataclass
-class _RecordColumns:
-    """The handed-out records' fields as plain lists: the only per-record Python work the source does."""
+class RecordColumns:
+    """Records' fields as plain lists: the only per-record Python work a source does. ``timestamps`` are
+    epoch ms, -1 for none (as Kafka reports a missing timestamp)."""
 
     values: list[bytes | None]
     keys: list[bytes | None]
@@ -401,7 +408,7 @@ class _RecordColumns:
     timestamps: list[int]
 
     @classmethod
-    def of(cls, records: list[Message]) -> _RecordColumns:
+    def of(cls, records: list[Message]) -> RecordColumns:
         return cls(values=[m.value() for m in records], keys=[m.key() for m in records],
                    partitions=cast(list[int], [m.partition() for m in records]),
                    offsets=cast(list[int], [m.offset() for m in records]),

@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 from connectors.metadata import PARTITION, TIMESTAMP
 from schemas.event_time import EventTimeError, event_time_ms, is_event_time_type
 
-__all__ = ["EventTimeError", "WatermarkTracker", "event_times_ms", "filter_late_rows", "max_event_time_per_partition"]
+__all__ = ["EventTimeError", "WatermarkTracker", "event_times_ms", "filter_late_rows", "max_event_time_per_partition",
+           "observe_batch"]
 
 
 class WatermarkTracker:
@@ -113,3 +114,10 @@ def filter_late_rows(batch: pa.RecordBatch, watermark: int | None,
     behind = pc.less(event_times_ms(batch, column), pa.scalar(watermark, pa.int64()))
     late = cast(pa.BooleanArray, pc.fill_null(behind, pa.scalar(False)))
     return batch.filter(pc.invert(late)), batch.filter(late)
+
+
+def observe_batch(tracker: WatermarkTracker, batch: pa.RecordBatch, column: str | None) -> None:
+    """Advance ``tracker`` with the largest event time of each partition in ``batch``."""
+    if batch.num_rows:
+        for partition, event_time in max_event_time_per_partition(batch, column).items():
+            tracker.observe(partition, event_time)

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from schemas import FormatSpec
+from schemas.factory import FormatName, SubjectStrategy
 
 
 class ConfigError(ValueError):
@@ -44,11 +45,17 @@ class _Strict(BaseModel):
 
 
 class FormatConfig(_Strict):
-    format: Literal["json", "avro", "avro-confluent", "raw"] = "json"
+    """A topic and how its values are encoded (shared by source and sink)."""
+
+    topic: str
+    format: FormatName = "json"
     schema_path: Path | None = Field(default=None, alias="schema")
     registry_url: str | None = None
     schema_dir: Path | None = None
     schema_id: int | None = None
+    message: str | None = None  # protobuf-confluent: the message type, when the .proto has several
+    auto_register: bool = True  # encoding with a registry: register the schema, or only look it up
+    subject_strategy: SubjectStrategy = "topic"
 
     def format_spec(self, base: Path) -> FormatSpec:
         """Paths in a config are relative to the config file, so a config works from any directory."""
@@ -58,6 +65,10 @@ class FormatConfig(_Strict):
             registry_url=self.registry_url,
             schema_dir=_resolve(base, self.schema_dir),
             schema_id=self.schema_id,
+            message=self.message,
+            auto_register=self.auto_register,
+            subject_strategy=self.subject_strategy,
+            topic=self.topic,
         )
 
 
@@ -72,7 +83,6 @@ class EventTimeConfig(_Strict):
 
 
 class SourceConfig(FormatConfig):
-    topic: str
     start_from: Literal["earliest", "latest"] = "earliest"
     event_time: EventTimeConfig = EventTimeConfig()
     max_batch_records: int = Field(default=10_000, gt=0)
@@ -106,7 +116,6 @@ class StepConfig(_Strict):
 
 
 class SinkConfig(FormatConfig):
-    topic: str
     delivery: Literal["exactly-once", "at-least-once"] = "exactly-once"
     key: str | None = None  # a column whose value becomes the record key
     include_metadata: list[str] = []  # __kafka_* columns to keep in the output

@@ -14,10 +14,11 @@ from sinks.at_least_once import AtLeastOnceKafkaSink
 from sinks.errors import EpochAborted, ProducerFenced, ProducerWedged, SinkError, SinkFatal
 from sinks.produce import produce_all, produce_waiting
 from sinks.transactional import TransactionalKafkaSink
-from sinks.writer import KafkaWriter, Produced, Sink, SinkSettings
+from sinks.writer import EncodedRows, KafkaWriter, Produced, Sink, SinkSettings, encode_rows
 
 __all__ = [
     "AtLeastOnceKafkaSink",
+    "EncodedRows",
     "EpochAborted",
     "KafkaWriter",
     "Produced",
@@ -28,6 +29,7 @@ __all__ = [
     "SinkFatal",
     "SinkSettings",
     "TransactionalKafkaSink",
+    "encode_rows",
     "produce_all",
     "produce_waiting",
 ]

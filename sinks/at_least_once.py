@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from connectors.offset_metadata import tagged
 from schemas import Format
 from sinks.errors import EpochAborted
 from sinks.writer import KafkaWriter, SinkSettings
+
+log = logging.getLogger(__name__)
 
 
 class AtLeastOnceKafkaSink(KafkaWriter):
@@ -21,7 +25,7 @@ class AtLeastOnceKafkaSink(KafkaWriter):
     def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format):
         super().__init__(settings, bootstrap, value_format, {"enable.idempotence": True})
         self._committer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": settings.group_id, "enable.auto.commit": False,
+            "bootstrap.servers": bootstrap, "group.id": settings.group_id, "enable.auto.commit": False, "logger": log,
         })
 
     def start(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -14,6 +15,8 @@ from connectors.metadata import is_metadata_column
 from schemas import Format
 from sinks.errors import EpochAborted, SinkError, classify
 from sinks.produce import Headers, produce_all
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,23 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+class EncodedRows(NamedTuple):
+    values: list[bytes | None]
+    keys: list[bytes | None] | None
+
+
+def encode_rows(table: pa.Table, value_format: Format, settings: SinkSettings) -> EncodedRows:
+    """Output rows as the records a sink produces: values in the sink's format without the Kafka metadata
+    columns (unless ``include_metadata`` keeps some), keys from ``key_column``. Kafka sinks and the
+    broker-free test driver both encode here."""
+    keys = _key_bytes(table.column(settings.key_column)) if settings.key_column else None
+    keep = [name for name in table.column_names if not is_metadata_column(name) or name in settings.include_metadata]
+    values: list[bytes | None] = []
+    for batch in table.select(keep).to_batches():
+        values += value_format.encode(batch)
+    return EncodedRows(values, keys)
+
+
 def _key_bytes(column: pa.ChunkedArray[Any]) -> list[bytes | None]:
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         return column.to_pylist()
@@ -76,6 +96,7 @@ class KafkaWriter:
             "compression.type": "lz4",
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
+            "logger": log,  # librdkafka's lines go through epochline's logging
             **extra,
             **settings.producer_config,
         }
@@ -85,20 +106,11 @@ class KafkaWriter:
         if error is not None:
             self._failed.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
 
-    def _output_columns(self, table: pa.Table) -> pa.Table:
-        keep = [name for name in table.column_names
-                if not is_metadata_column(name) or name in self.settings.include_metadata]
-        return table.select(keep)
-
     def write(self, table: pa.Table) -> Produced:
         """Encode and produce every row; returns how many records (and value bytes) went to the producer."""
         if table.num_rows == 0:
             return Produced(0, 0)
-        keys = _key_bytes(table.column(self.settings.key_column)) if self.settings.key_column else None
-        output = self._output_columns(table)
-        values: list[bytes | None] = []
-        for batch in output.to_batches():
-            values += self._format.encode(batch)
+        values, keys = encode_rows(table, self._format, self.settings)
         self._produce(self.settings.topic, values, keys)
         return Produced(len(values), sum(map(len, filter(None, values))))
 

@@ -6,7 +6,7 @@
   module docstring;
 - ``store``, ``sql_store``, ``postgres_store``: the ledger (SQLite by default, PostgreSQL with the
   ``epochline[postgres]`` extra);
-- ``reports`` and ``progress``: census, attention and list reports, and the terminal progress bar.
+- ``reports``: census, attention and list reports (the terminal progress bar is ``engine.cli.progress``).
 """
 
 from engine.batch.errors import BatchHalted, BatchJobError, BatchNotFound, PlanFileMissing

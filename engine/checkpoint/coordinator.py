@@ -173,7 +173,7 @@ class StreamingCoordinator:
         """Recover, then cycle until stopped. ``settings.stop_at`` (end offsets per source, captured
         once when the connector started) makes it return once everything up to them is committed."""
         try:
-            self._sources = {source.name: source for source in self.callback.recover()}
+            self.start()
             ends = self.settings.stop_at
             next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
             while True:
@@ -187,7 +187,12 @@ class StreamingCoordinator:
                 if (self._stop_requested or at_end) and not self._dirty:
                     return
         finally:
-            self._close()
+            self.close()
+
+    def start(self) -> None:
+        """Recovery: the callback fences older instances, restores the committed state and hands over the
+        positioned sources. ``run`` starts with it; a caller stepping cycles itself (the test driver) too."""
+        self._sources = {source.name: source for source in self.callback.recover()}
 
     def _all_reached(self, ends: Mapping[str, Mapping[int, int]]) -> bool:
         return all(source.reached(ends.get(name, {})) for name, source in self._sources.items())
@@ -271,7 +276,7 @@ class StreamingCoordinator:
                 self._sources[added.name] = added
             log.info("control applied", extra={"action": msg.action, "source": msg.source})
 
-    def _close(self) -> None:
+    def close(self) -> None:
         try:
             self.callback.close_sinks()
         finally:

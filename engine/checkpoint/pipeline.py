@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, cast
 
 import pyarrow as pa
 
@@ -17,7 +17,7 @@ from connectors.dead_letter import DeadLetter
 from connectors.metadata import KEY, OFFSET, PARTITION, value_columns
 from connectors.offset_metadata import MalformedOffsetMetadata, checkpoint_id_from_metadata, checkpoint_metadata
 from connectors.source import KafkaSource, SourceBatch, SourceSettings
-from connectors.watermarks import filter_late_rows
+from connectors.watermarks import WatermarkTracker, filter_late_rows
 from engine.checkpoint.coordinator import (
     CheckpointAbandoned,
     CheckpointAttempt,
@@ -38,7 +38,8 @@ from engine.state import (
 )
 from engine.transforms import OperatorRuntimeError
 from engine.wiring import SOURCE_NAME, CrashPoint, build_chain, build_sink, input_schema, source_settings
-from sinks import EpochAborted
+from schemas import Format
+from sinks import EpochAborted, Sink
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,37 @@ class RecoveryError(RuntimeError):
     """What Kafka says committed cannot be restored; starting anyway would break exactness."""
 
 
+class PipelineSource(Source, Protocol):
+    """What the pipeline needs of a source beyond the coordinator's ``Source``: its format and watermarks,
+    the group's committed offsets, and its cut. ``connectors.source.KafkaSource`` is the real one; the
+    broker-free test driver (``engine.testing.driver``) has an in-memory one."""
+
+    settings: SourceSettings
+    format: Format
+    watermarks: WatermarkTracker
+
+    def open(self, start_at: SourceCheckpoint | None = None) -> None: ...
+    def committed(self) -> tuple[SourceCheckpoint | None, str | None]: ...
+    def committed_metadata(self) -> dict[int, tuple[int, str | None]]: ...
+    def position(self) -> SourceCheckpoint: ...
+    def observe_event_times(self, batch: pa.RecordBatch) -> None: ...
+    def consumer_group_metadata(self) -> object: ...
+    def lag(self) -> dict[int, int]: ...
+
+
+SourceOpener = Callable[[SourceSettings], PipelineSource]
+CycleObserver = Callable[[Mapping[str, SourceCheckpoint]], None]
+
+
 class KafkaPipeline(PipelineCallback):
     """One connector: sources → operator chain → Kafka sink, checkpointed as one epoch per transaction."""
 
     def __init__(self, config: ConnectorConfig, bootstrap: str, metrics: Metrics | None = None,
-                 crash_point: CrashPoint | None = None) -> None:
+                 crash_point: CrashPoint | None = None, *, open_source: SourceOpener | None = None,
+                 sink: Sink | None = None, cycle_observer: CycleObserver | None = None) -> None:
+        """``open_source`` and ``sink`` replace the Kafka ones (the test driver's in-memory parts); by default
+        sources are ``KafkaSource``s in the connector's group and the sink is what ``sink.delivery`` asks.
+        ``cycle_observer`` is told every source's position after each cycle (a progress bar)."""
         self.config = config
         self.bootstrap = bootstrap
         self.metrics = metrics or Metrics()
@@ -61,10 +88,11 @@ class KafkaPipeline(PipelineCallback):
                                                  CheckpointIdLog(config.state_dir / "ids.log"))
         self.chain = build_chain(config)
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
-        self.sink = build_sink(config, bootstrap, transactional_id=config.transactional_id,
-                               group_id=config.group_id, before_commit=before_commit)
+        self.sink = sink or build_sink(config, bootstrap, transactional_id=config.transactional_id,
+                                       group_id=config.group_id, before_commit=before_commit)
+        self._new_source = open_source or (lambda settings: KafkaSource(settings, bootstrap, config.group_id))
         self._source_settings = {SOURCE_NAME: source_settings(config)}
-        self._sources: dict[str, KafkaSource] = {}
+        self._sources: dict[str, PipelineSource] = {}
         self._committed_id: int | None = None
         self._committed_cuts: dict[str, SourceCheckpoint] = {}
         self._initial_state: dict[str, bytes] = {}
@@ -72,6 +100,7 @@ class KafkaPipeline(PipelineCallback):
         self._faults_since_commit = 0
         self._watermark: int | None = None  # as of the end of the last cycle: what this cycle's rows are judged by
         self._cycle_bytes_in = 0
+        self._cycle_observer = cycle_observer
 
     # -- recovery ---------------------------------------------------------------------------------
     def recover(self) -> list[Source]:
@@ -85,10 +114,11 @@ class KafkaPipeline(PipelineCallback):
         self._restore_committed_state()
         self._watermark = self.current_watermark()
         self.sink.begin_epoch()
+        self._observe_positions()
         return list(self._sources.values())
 
-    def _open_source(self, name: str, settings: SourceSettings) -> KafkaSource:
-        source = KafkaSource(settings, self.bootstrap, self.config.group_id)
+    def _open_source(self, name: str, settings: SourceSettings) -> PipelineSource:
+        source = self._new_source(settings)
         committed, metadata = source.committed()
         checkpoint_id = self._checkpoint_named_by(source, metadata)
         if checkpoint_id is not None:
@@ -101,7 +131,7 @@ class KafkaPipeline(PipelineCallback):
                                          "offsets": dict(self._committed_cuts[name].offsets)})
         return source
 
-    def _checkpoint_named_by(self, source: KafkaSource, metadata: str | None) -> int | None:
+    def _checkpoint_named_by(self, source: PipelineSource, metadata: str | None) -> int | None:
         """The checkpoint id in the committed offsets' metadata; unreadable metadata is a ``RecoveryError``
         naming the group, topic, partition and the string: guessing a checkpoint could restore wrong state."""
         try:
@@ -219,6 +249,11 @@ class KafkaPipeline(PipelineCallback):
         bytes_in, self._cycle_bytes_in = self._cycle_bytes_in, 0
         self.metrics.record_cycle(records_in=events, batches=batches, elapsed_ns=elapsed_ns, bytes_in=bytes_in,
                                   phase_ns=self.chain.last_cycle_ns)
+        self._observe_positions()
+
+    def _observe_positions(self) -> None:
+        if self._cycle_observer is not None:
+            self._cycle_observer({name: source.position() for name, source in self._sources.items()})
 
     # -- checkpoints -------------------------------------------------------------------------------
     def reserve_checkpoint_attempt(self) -> CheckpointAttempt:

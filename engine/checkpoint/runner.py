@@ -11,9 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from connectors.admin import end_offsets
+from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import PoisonRecord
 from connectors.source import SourceUnavailable
 from engine.checkpoint.coordinator import CoordinatorSettings, ImmediateStop, PipelineHalted, StreamingCoordinator
@@ -31,6 +34,13 @@ class ConnectorFailed(RuntimeError):
     """The connector stopped without finishing; the message says why."""
 
 
+class RunProgress(Protocol):
+    """Told, with ``--stop-at-end``, where the input ends and, after every cycle, where the sources stand."""
+
+    def begin(self, ends: Mapping[str, Mapping[int, int]]) -> None: ...
+    def positions(self, cuts: Mapping[str, SourceCheckpoint]) -> None: ...
+
+
 @dataclass(frozen=True)
 class RunOptions:
     bootstrap: str
@@ -38,6 +48,7 @@ class RunOptions:
     max_restarts: int = 10
     restart_backoff_s: float = 2.0
     crash_point: CrashPoint | None = None
+    progress: RunProgress | None = None
 
 
 def bootstrap_from(flag: str | None) -> str:
@@ -53,9 +64,12 @@ def run_connector(config: ConnectorConfig, options: RunOptions) -> None:
     if config.metrics_port is not None:
         metrics.serve(config.metrics_port)
     stop_at = {SOURCE_NAME: end_offsets(options.bootstrap, config.source.topic)} if options.stop_at_end else None
+    if options.progress is not None and stop_at is not None:
+        options.progress.begin(stop_at)
+    observer = options.progress.positions if options.progress is not None else None
     restarts = 0
     while True:
-        pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point)
+        pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, cycle_observer=observer)
         coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(
             checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at=stop_at))
         coordinator.install_signal_handlers()

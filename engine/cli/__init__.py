@@ -28,6 +28,8 @@ KNOWN_FAILURES = (CommandFailed, ConfigError, ConnectorFailed, SchemaError, Oper
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epochline", description="Exactly-once pipelines between Kafka topics")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
+                        help="auto (default): readable coloured lines on a terminal, JSON lines otherwise")
     commands = parser.add_subparsers(dest="command", required=True)
     broker.add_commands(commands)
     connector.add_commands(commands)
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
+    args.log_mode = configure_logging(args.log_level, args.log_format)
     try:
         return int(args.handler(args))
     except KNOWN_FAILURES as error:

@@ -12,7 +12,6 @@ import orjson
 from rich.console import Console
 
 from engine.batch import BatchJobError, BatchOptions, BatchStore, open_batch_store, run_batch, store_url_for
-from engine.batch.progress import rich_progress
 from engine.batch.reports import (
     attention_report,
     census_report,
@@ -23,6 +22,7 @@ from engine.batch.reports import (
 )
 from engine.checkpoint import bootstrap_from
 from engine.cli.common import add_bootstrap_argument, crash_point
+from engine.cli.progress import batch_progress
 from engine.config import load_config
 
 
@@ -31,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, batch=True)
     options = BatchOptions(batch_id=args.batch_id, bootstrap=bootstrap_from(args.bootstrap_servers),
                            store_url=args.store, tenant=args.tenant, crash_point=crash_point())
-    with rich_progress() as progress:
+    with batch_progress(args.log_mode == "text") as progress:
         summary = run_batch(config, options, progress)
     print(summary.line())
     return summary.exit_code

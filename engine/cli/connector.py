@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from engine.checkpoint import RunOptions, bootstrap_from, run_connector
 from engine.cli.common import add_bootstrap_argument, crash_point
+from engine.cli.progress import stop_at_end_progress
 from engine.config import load_config
 from engine.wiring import validate_offline
 
 
 def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    run_connector(config, RunOptions(bootstrap=bootstrap_from(args.bootstrap_servers), stop_at_end=args.stop_at_end,
-                                     crash_point=crash_point()))
+    options = RunOptions(bootstrap=bootstrap_from(args.bootstrap_servers), stop_at_end=args.stop_at_end,
+                         crash_point=crash_point())
+    if not args.stop_at_end or args.log_mode != "text":
+        run_connector(config, options)
+        return 0
+    with stop_at_end_progress(enabled=True) as progress:
+        run_connector(config, replace(options, progress=progress))
     return 0
 
 

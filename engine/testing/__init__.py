@@ -8,6 +8,7 @@ imports this package; the CLI loads its parts only for ``epochline broker`` and 
 - ``containers``: the same broker in a Docker container through testcontainers (``epochline[testing]``);
 - ``topics``: create topics, write rows, read them back with ``read_committed``;
 - ``pipelines``: run ``epochline run --stop-at-end`` as a user would;
+- ``driver``: ``TransformTestDriver``, a connector's transform tested without Kafka, in milliseconds;
 - ``faults``: crash the process at a named moment of the protocol;
 - ``pytest_plugin``: the ``kafka_bootstrap`` fixture (entry point ``pytest11``).
 
@@ -20,6 +21,7 @@ A test in a few lines::
 """
 
 from engine.testing.containers import KafkaContainer, docker_unavailable_reason
+from engine.testing.driver import DriverRecord, DriverSnapshot, TransformTestDriver
 from engine.testing.errors import ContainerStartFailed, KafkaTestError, ProduceFailed, ReadFailed
 from engine.testing.local_broker import LocalBroker, free_port
 from engine.testing.pipelines import run_pipeline
@@ -27,11 +29,14 @@ from engine.testing.topics import create_unique_topic, produce_rows, produce_tra
 
 __all__ = [
     "ContainerStartFailed",
+    "DriverRecord",
+    "DriverSnapshot",
     "KafkaContainer",
     "KafkaTestError",
     "LocalBroker",
     "ProduceFailed",
     "ReadFailed",
+    "TransformTestDriver",
     "create_unique_topic",
     "docker_unavailable_reason",
     "free_port",

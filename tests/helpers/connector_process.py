@@ -45,6 +45,14 @@ class Connector:
             self.kill()
             raise AssertionError(f"connector did not finish in {timeout}s; log tail:\n{self.log_tail()}") from None
 
+    def wait_for_exit(self, seconds: float) -> bool:
+        """True when the process ended by itself within ``seconds`` (it is left running otherwise)."""
+        try:
+            self.process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 

@@ -85,9 +85,9 @@ def expected_sql_ids() -> Counter:
 
 
 def run_with_kills(config: Path, bootstrap: str, source_topic: str, kills: int, seed: int) -> int:
-    """While the input streams in, start the connector, SIGKILL it at a random moment (or let an
-    injected fault crash it between flush and commit), restart; ``kills`` times. Then let the final
-    run finish with ``--stop-at-end``.
+    """While the input streams in, start the connector, SIGKILL it at a random moment (every other run:
+    let an injected fault crash it between flush and commit, killing it only if no fault fired within
+    20 s), restart; ``kills`` times. Then let the final run finish with ``--stop-at-end``.
 
     Returns how many runs died at the injected moment between flush and commit.
     """
@@ -97,7 +97,10 @@ def run_with_kills(config: Path, bootstrap: str, source_topic: str, kills: int, 
     for attempt in range(kills):
         faults = "between-flush-and-commit:0.4" if attempt % 2 else ""
         connector = start_connector(config, bootstrap, faults=faults, log_name=f"run{attempt}")
-        time.sleep(rng.uniform(2.5, 6.0))  # start-up (imports, init_transactions) takes ~1.5 s
+        if faults:
+            connector.wait_for_exit(20.0)
+        else:
+            time.sleep(rng.uniform(2.5, 6.0))  # start-up (imports, init_transactions) takes ~1.5 s
         connector.kill()
         faulted += connector.crashed_by_fault()
     stream.join()

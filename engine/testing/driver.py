@@ -1,0 +1,321 @@
+"""``TransformTestDriver``: test a connector's transform in milliseconds, without Kafka.
+
+Like Kafka Streams' ``TopologyTestDriver``: give it a connector config, feed it records (rows, or raw bytes
+in the source format, with key, partition and timestamp), advance event time, and read what the sink and
+the dead-letter topic would receive, as records in the sink's encoding and as rows.
+
+What makes a test on the driver mean something for a run on a broker: the driver replaces only Kafka. It
+runs the connector's real ``KafkaPipeline`` under the real ``StreamingCoordinator`` (late-row filtering,
+watermarks, the operator chain, windows, transform-error handling, checkpoint capture and restore), over an
+in-memory topic that decodes with the source code's own ``decode_records`` and an in-memory sink that
+encodes with the sinks' own ``encode_rows``. Output becomes visible the way a ``read_committed`` reader
+sees it: when the epoch's checkpoint commits. The in-memory commit records the cut with its checkpoint id,
+exactly as the transactional sink does, so ``snapshot`` and a new driver built from it go through the real
+recovery path (committed checkpoint id, state files restored, sources resumed at the cut).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import TopicPartition
+
+from connectors.checkpoint import SourceCheckpoint
+from connectors.dead_letter import DeadLetter
+from connectors.source import RecordColumns, SourceBatch, SourceSettings, decode_records
+from connectors.watermarks import WatermarkTracker, observe_batch
+from engine.checkpoint import CoordinatorSettings, KafkaPipeline, StreamingCoordinator
+from engine.config import ConnectorConfig, load_config
+from engine.metrics import Metrics
+from engine.wiring import sink_format, sink_settings, source_format
+from schemas import Format, make_format
+from sinks import Produced, SinkError, encode_rows
+
+NO_TIMESTAMP = -1
+
+
+@dataclass(frozen=True)
+class DriverRecord:
+    """One record the sink or the dead-letter topic would receive."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, str | bytes | None]] = field(default_factory=list)
+
+
+@dataclass
+class _Record:
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class DriverSnapshot:
+    """What a later driver restores from: the input topic, the committed cut with its checkpoint id (what
+    Kafka would hold), and the checkpoint directory (what the instance's disk would hold)."""
+
+    topic: dict[int, list[_Record]]
+    committed: dict[int, tuple[int, str]]
+    state_files: dict[str, bytes]
+
+
+class _MemoryTopic:
+    """The source topic's partitions, and the group's committed offsets with their metadata."""
+
+    def __init__(self, partitions: int) -> None:
+        self.records: dict[int, list[_Record]] = {partition: [] for partition in range(partitions)}
+        self.committed: dict[int, tuple[int, str]] = {}
+
+    def end(self, partition: int) -> int:
+        return len(self.records[partition])
+
+
+class _MemorySource:
+    """A ``PipelineSource`` over a ``_MemoryTopic``: hands out records in batches and decodes them as a
+    ``KafkaSource`` does. Positions are offsets into the partition lists."""
+
+    def __init__(self, settings: SourceSettings, topic: _MemoryTopic) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.format: Format = make_format(settings.format)
+        self.watermarks = WatermarkTracker(settings.allowed_lateness_ms, settings.idle_timeout_ms)
+        self._topic = topic
+        self._positions: dict[int, int] = {}
+
+    def open(self, start_at: SourceCheckpoint | None = None) -> None:
+        self.watermarks.assign(self._topic.records)
+        self._positions = {partition: self._start(partition) for partition in self._topic.records}
+        if start_at is not None:
+            self._positions.update(start_at.offsets)
+
+    def _start(self, partition: int) -> int:
+        return 0 if self.settings.start_from == "earliest" else self._topic.end(partition)
+
+    def poll_batch(self, timeout: float) -> SourceBatch | None:
+        taken: list[tuple[int, int, _Record]] = []
+        for partition, records in self._topic.records.items():
+            start = self._positions[partition]
+            room = self.settings.max_batch_records - len(taken)
+            taken += [(partition, start + i, record) for i, record in enumerate(records[start:start + room])]
+        if not taken:
+            return None
+        for partition, offset, _ in taken:
+            self._positions[partition] = offset + 1
+        columns = RecordColumns(values=[r.value for _, _, r in taken], keys=[r.key for _, _, r in taken],
+                                partitions=[p for p, _, _ in taken], offsets=[o for _, o, _ in taken],
+                                timestamps=[r.timestamp_ms for _, _, r in taken])
+        return decode_records(self.name, self.settings.topic, self.format, columns,
+                              on_error=self.settings.on_error,
+                              value_bytes=sum(len(r.value or b"") for _, _, r in taken))
+
+    def position(self) -> SourceCheckpoint:
+        return SourceCheckpoint(self.name, self.settings.topic, dict(self._positions))
+
+    def inject_barrier(self, checkpoint_id: int) -> SourceCheckpoint:
+        return self.position()
+
+    def restore(self, checkpoint: SourceCheckpoint) -> None:
+        self._positions.update(checkpoint.offsets)
+
+    def reached(self, ends: Mapping[int, int]) -> bool:
+        return all(self._positions.get(partition, 0) >= end for partition, end in ends.items())
+
+    def committed(self) -> tuple[SourceCheckpoint | None, str | None]:
+        if not self._topic.committed:
+            return None, None
+        offsets = {partition: offset for partition, (offset, _) in self._topic.committed.items()}
+        return SourceCheckpoint(self.name, self.settings.topic, offsets), next(iter(self._topic.committed.values()))[1]
+
+    def committed_metadata(self) -> dict[int, tuple[int, str | None]]:
+        return {partition: (offset, text) for partition, (offset, text) in self._topic.committed.items()}
+
+    def observe_event_times(self, batch: pa.RecordBatch) -> None:
+        observe_batch(self.watermarks, batch, self.settings.event_time_column)
+
+    def consumer_group_metadata(self) -> object:
+        return None
+
+    def lag(self) -> dict[int, int]:
+        return {partition: self._topic.end(partition) - position for partition, position in self._positions.items()}
+
+    def pause(self) -> None:
+        return None
+
+    def resume(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class _MemorySink:
+    """A ``Sink`` whose commit does what the transactional sink's does: the epoch's records become visible
+    together with the cut, which records the checkpoint id as the offsets' metadata."""
+
+    def __init__(self, config: ConnectorConfig, topic: _MemoryTopic) -> None:
+        self._settings = sink_settings(config, transactional_id="driver", group_id="driver")
+        self._format = sink_format(config)
+        self._topic = topic
+        self.output: list[DriverRecord] = []
+        self.dead_letters: list[DriverRecord] = []
+        self._pending_output: list[DriverRecord] = []
+        self._pending_dead_letters: list[DriverRecord] = []
+
+    def start(self) -> None:
+        return None
+
+    def begin_epoch(self) -> None:
+        return None
+
+    def write(self, table: pa.Table) -> Produced:
+        if table.num_rows == 0:
+            return Produced(0, 0)
+        values, keys = encode_rows(table, self._format, self._settings)
+        self._pending_output += [DriverRecord(keys[i] if keys else None, value) for i, value in enumerate(values)]
+        return Produced(len(values), sum(len(value or b"") for value in values))
+
+    def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
+        letters = list(letters)
+        if letters and self._settings.dead_letter_topic is None:
+            raise SinkError(f"{len(letters)} dead-letter records but no dead_letter topic is configured")
+        self._pending_dead_letters += [DriverRecord(letter.key, letter.value or b"", letter.headers())
+                                       for letter in letters]
+        return len(letters)
+
+    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
+        self.output += self._pending_output
+        self.dead_letters += self._pending_dead_letters
+        self.abort_epoch()
+        self._topic.committed.update({tp.partition: (tp.offset, metadata) for tp in offsets})
+
+    def abort_epoch(self) -> None:
+        self._pending_output, self._pending_dead_letters = [], []
+
+    def is_backpressured(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        return None
+
+
+class TransformTestDriver:
+    """A connector run over an in-memory topic and sink (see the module docstring).
+
+    ``send`` and ``send_raw`` queue records; ``output``, ``dead_letters``, ``advance_event_time`` and
+    ``snapshot`` first process everything queued and commit it, as the connector would at its next
+    checkpoint. Checkpoint files go to a temporary directory that ``close`` removes.
+    """
+
+    def __init__(self, config: ConnectorConfig | Path | str, *, partitions: int = 1,
+                 restore: DriverSnapshot | None = None) -> None:
+        loaded = config if isinstance(config, ConnectorConfig) else load_config(config)
+        self._state_dir = Path(tempfile.mkdtemp(prefix="epochline-driver-"))
+        self.config = _with_state_dir(loaded, self._state_dir)
+        self._topic = _MemoryTopic(partitions)
+        if restore is not None:
+            self._topic.records = {p: list(records) for p, records in restore.topic.items()}
+            self._topic.committed = dict(restore.committed)
+            for name, content in restore.state_files.items():
+                (self._state_dir / name).write_bytes(content)
+        self._source_format = source_format(self.config)
+        self._sink = _MemorySink(self.config, self._topic)
+        self.metrics = Metrics()
+        pipeline = KafkaPipeline(self.config, "in-memory", self.metrics,
+                                 open_source=lambda settings: _MemorySource(settings, self._topic), sink=self._sink)
+        self._coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(checkpoint_interval_s=0,
+                                                                               poll_timeout_s=0))
+        self._coordinator.start()
+
+    # -- input -----------------------------------------------------------------------------------------
+
+    def send(self, rows: Sequence[Mapping[str, Any]] | pa.Table, *, partition: int = 0, key: bytes | None = None,
+             timestamp_ms: int | None = None) -> None:
+        """Rows encoded in the source's format, as a producer upstream would have written them."""
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
+        values = [value for batch in table.to_batches() for value in self._source_format.encode(batch)]
+        self.send_raw(values, partition=partition, key=key, timestamp_ms=timestamp_ms)
+
+    def send_raw(self, values: Sequence[bytes | None], *, partition: int = 0, key: bytes | None = None,
+                 timestamp_ms: int | None = None) -> None:
+        """Records exactly as they would sit in the topic (malformed ones included)."""
+        if partition not in self._topic.records:
+            raise ValueError(f"partition {partition} is not one of the driver's {len(self._topic.records)}")
+        stamp = NO_TIMESTAMP if timestamp_ms is None else timestamp_ms
+        self._topic.records[partition] += [_Record(key, value, stamp) for value in values]
+
+    def advance_event_time(self, to_ms: int) -> None:
+        """Process what is queued, then move event time on every partition to ``to_ms`` (as if each had
+        delivered a record that late), so windows the watermark now passes are emitted and committed."""
+        self._process()
+        for source in self._pipeline_sources():
+            for partition in self._topic.records:
+                source.watermarks.observe(partition, to_ms)
+        self._coordinator.run_cycle()
+        self._commit()
+
+    # -- output ----------------------------------------------------------------------------------------
+
+    def output(self) -> list[DriverRecord]:
+        """Every record the sink topic holds for a ``read_committed`` reader, in order."""
+        self._process()
+        return list(self._sink.output)
+
+    def output_rows(self) -> list[dict[str, Any]]:
+        """``output`` decoded with the sink's format."""
+        records = self.output()
+        decoded = sink_format(self.config).decode([record.value for record in records])
+        if decoded.failures:
+            raise ValueError(f"the sink's own output did not decode: {decoded.failures[:3]}")
+        return decoded.batch.to_pylist()
+
+    def dead_letters(self) -> list[DriverRecord]:
+        """Every record the dead-letter topic holds, with its ``epochline.*`` headers (reason, stage, ...)."""
+        self._process()
+        return list(self._sink.dead_letters)
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+
+    def snapshot(self) -> DriverSnapshot:
+        """Commit what is queued, and hand back what a restarted instance would find."""
+        self._process()
+        files = {path.name: path.read_bytes() for path in self._state_dir.iterdir() if path.is_file()
+                 and path.name != "owner.lock"}
+        return DriverSnapshot({p: list(r) for p, r in self._topic.records.items()}, dict(self._topic.committed),
+                              files)
+
+    def close(self) -> None:
+        self._coordinator.close()
+        shutil.rmtree(self._state_dir, ignore_errors=True)
+
+    def __enter__(self) -> TransformTestDriver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the loop ----------------------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        while self._coordinator.run_cycle():
+            pass
+        self._commit()
+
+    def _commit(self) -> None:
+        self._coordinator.checkpoint()
+
+    def _pipeline_sources(self) -> list[_MemorySource]:
+        return [source for source in self._coordinator.sources.values() if isinstance(source, _MemorySource)]
+
+
+def _with_state_dir(config: ConnectorConfig, directory: Path) -> ConnectorConfig:
+    checkpoint = config.checkpoint.model_copy(update={"dir": directory})
+    copied = config.model_copy(update={"checkpoint": checkpoint})
+    copied._base_dir = config.base_dir
+    return copied
