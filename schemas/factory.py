@@ -16,7 +16,9 @@ from schemas.json_format import JsonFormat
 from schemas.json_schema import json_schema_to_arrow, load_json_document
 from schemas.raw import RawFormat
 
-FormatName = Literal["json", "avro", "avro-confluent", "raw"]
+FormatName = Literal["json", "avro", "avro-confluent", "protobuf-confluent", "json-confluent", "raw"]
+SubjectStrategy = Literal["topic", "record", "topic-record"]
+"""Confluent's subject name strategies: ``<topic>-value``, ``<record name>``, ``<topic>-<record name>``."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,12 @@ class FormatSpec:
     it, types are inferred per batch). ``avro-confluent`` resolves writer schemas by id from
     ``registry_url`` (a Confluent Schema Registry) or ``schema_dir`` (``<id>.avsc`` files); ``schema`` is then
     the reader schema, and ``schema_id`` the id that encode writes (and the default reader schema).
+
+    ``protobuf-confluent`` and ``json-confluent`` take their schema from ``registry_url`` (by ``schema_id``,
+    else the latest version of the subject) or from ``schema`` (a ``.proto`` file, a compiled descriptor set
+    ``.desc``/``.pb``, or a JSON Schema ``.json``); ``message`` names the Protobuf message type when the file
+    has several. Encoding registers the schema under the subject ``subject_strategy`` names (from ``topic``)
+    when ``auto_register`` is on, else looks it up and fails when it is not registered.
     """
 
     format: FormatName
@@ -34,6 +42,10 @@ class FormatSpec:
     registry_url: str | None = None
     schema_dir: Path | None = None
     schema_id: int | None = None
+    message: str | None = None
+    auto_register: bool = True
+    subject_strategy: SubjectStrategy = "topic"
+    topic: str | None = None
 
 
 def make_format(spec: FormatSpec) -> Format:
@@ -51,7 +63,16 @@ def make_format(spec: FormatSpec) -> Format:
     if spec.format == "avro-confluent":
         reader = AvroCodec.from_file(Path(spec.schema)) if spec.schema is not None else None
         return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id)
-    raise SchemaError(f"unknown format {spec.format!r}: expected json, avro, avro-confluent or raw")
+    if spec.format == "protobuf-confluent":
+        from schemas.protobuf_format import make_protobuf_format
+
+        return make_protobuf_format(spec)
+    if spec.format == "json-confluent":
+        from schemas.json_confluent import make_json_confluent_format
+
+        return make_json_confluent_format(spec)
+    raise SchemaError(f"unknown format {spec.format!r}: expected json, avro, avro-confluent, protobuf-confluent, "
+                      "json-confluent or raw")
 
 
 def _json_format_schema(path: Path) -> pa.Schema:
