@@ -12,11 +12,26 @@ Nothing here imports the engine: sources know Kafka, Arrow and the wire formats 
 protocol that drives them.
 """
 
-from connectors.admin import TopicAdminError, create_topic, end_offsets, partitions_of
+from connectors.admin import (
+    KafkaUnreachable,
+    TopicAdminError,
+    check_connection,
+    create_topic,
+    end_offsets,
+    partitions_of,
+)
 from connectors.checkpoint import CheckpointFormatError, SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.offset_metadata import MalformedOffsetMetadata
-from connectors.source import KafkaSource, SourceBatch, SourceError, SourceSettings, SourceUnavailable
+from connectors.source import (
+    KafkaSource,
+    SourceBatch,
+    SourceError,
+    SourceNotAuthorized,
+    SourceSettings,
+    SourceUnavailable,
+    TopicMissing,
+)
 from connectors.watermarks import EventTimeError, WatermarkTracker, filter_late_rows
 
 __all__ = [
@@ -24,15 +39,19 @@ __all__ = [
     "DeadLetter",
     "EventTimeError",
     "KafkaSource",
+    "KafkaUnreachable",
     "MalformedOffsetMetadata",
     "PoisonRecord",
     "SourceBatch",
     "SourceCheckpoint",
     "SourceError",
+    "SourceNotAuthorized",
     "SourceSettings",
     "SourceUnavailable",
     "TopicAdminError",
+    "TopicMissing",
     "WatermarkTracker",
+    "check_connection",
     "create_topic",
     "end_offsets",
     "filter_late_rows",

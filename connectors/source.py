@@ -36,7 +36,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from connectors.admin import TopicAdminError, committed_offsets, watermark_offsets
+from connectors.admin import CLIENT_LOGGER, TopicAdminError, committed_offsets, watermark_offsets
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.metadata import METADATA_COLUMNS, METADATA_FIELDS, with_metadata_fields
@@ -54,10 +54,9 @@ REQUIRED_CONSUMER_CONFIG = {
     "enable.partition.eof": "true",
 }
 
-UNAVAILABLE_ERRORS = frozenset({
-    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-})
+UNAVAILABLE_ERRORS = frozenset({KafkaError._UNKNOWN_PARTITION})
+MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+NOT_AUTHORIZED_ERRORS = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED})
 
 
 class SourceError(RuntimeError):
@@ -65,7 +64,24 @@ class SourceError(RuntimeError):
 
 
 class SourceUnavailable(SourceError):
-    """The broker cannot be reached or the topic does not exist (within the source's timeout)."""
+    """The broker cannot be reached (within the source's timeout): transient, worth a restart."""
+
+
+class TopicMissing(SourceError):
+    """The source topic does not exist: permanent, a restart would fail the same way."""
+
+
+class SourceNotAuthorized(SourceError):
+    """The principal may not read the topic or use the group: permanent until an operator grants it."""
+
+
+def _permanent_error(source: str, where: str, error: KafkaError) -> SourceError | None:
+    """The permanent failure an error code means, or None when it may heal (worth a retry or restart)."""
+    if error.code() in MISSING_TOPIC_ERRORS:
+        return TopicMissing(f"source {source!r}: {where}: the topic does not exist ({error.str()})")
+    if error.code() in NOT_AUTHORIZED_ERRORS:
+        return SourceNotAuthorized(f"source {source!r}: {where}: not authorized ({error.name()}: {error.str()})")
+    return None
 
 
 @dataclass(frozen=True)
@@ -142,7 +158,7 @@ class KafkaSource:
             **REQUIRED_CONSUMER_CONFIG,
             "bootstrap.servers": self.bootstrap,
             "group.id": self.group_id,
-            "logger": log,
+            "logger": CLIENT_LOGGER,
         }
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -187,10 +203,14 @@ class KafkaSource:
             raise SourceUnavailable(f"source {self.name!r}: Kafka at {self.bootstrap} did not answer within "
                                     f"{self.timeout}s while describing topic {topic!r}: {error}") from error
         described = metadata.topics.get(topic)
-        if described is None or described.error is not None or not described.partitions:
-            reason = described.error if described is not None else "not in metadata"
-            raise SourceUnavailable(f"source {self.name!r}: topic {topic!r} is not available on "
-                                    f"{self.bootstrap}: {reason}")
+        where = f"topic {topic!r} on {self.bootstrap}"
+        if described is None:
+            raise TopicMissing(f"source {self.name!r}: {where}: the topic does not exist")
+        if described.error is not None:
+            raise (_permanent_error(self.name, where, described.error)
+                   or SourceUnavailable(f"source {self.name!r}: {where} is not available: {described.error}"))
+        if not described.partitions:
+            raise SourceUnavailable(f"source {self.name!r}: {where} has no partitions yet")
         return sorted(described.partitions)
 
     def _assign(self, checkpoint: SourceCheckpoint | None) -> None:
@@ -271,9 +291,10 @@ class KafkaSource:
             partition = cast(int, event.partition())
             if error.code() == KafkaError._PARTITION_EOF:
                 ends[partition] = cast(int, event.offset())
-            elif error.fatal() or error.code() in UNAVAILABLE_ERRORS:
-                raise SourceUnavailable(f"source {self.name!r}: topic {event.topic()!r} partition "
-                                        f"{event.partition()} on {self.bootstrap}: {error.str()}")
+            elif error.fatal() or error.code() in UNAVAILABLE_ERRORS | MISSING_TOPIC_ERRORS | NOT_AUTHORIZED_ERRORS:
+                where = f"topic {event.topic()!r} partition {event.partition()} on {self.bootstrap}"
+                raise (_permanent_error(self.name, where, error)
+                       or SourceUnavailable(f"source {self.name!r}: {where}: {error.str()}"))
             else:
                 log.warning("consumer error", extra={"source": self.name, "topic": event.topic(),
                                                      "partition": event.partition(), "error": error.str()})
@@ -334,8 +355,11 @@ class KafkaSource:
         try:
             answered = committed_offsets(self._consumer, asked, self.timeout)
         except TopicAdminError as error:
-            raise SourceUnavailable(f"source {self.name!r}: group {self.group_id!r} on topic "
-                                    f"{self.settings.topic!r} on {self.bootstrap}: {error}") from error
+            where = f"committed offsets of group {self.group_id!r} on topic {self.settings.topic!r}"
+            cause = error.__cause__.args[0] if isinstance(error.__cause__, KafkaException) else None
+            permanent = _permanent_error(self.name, where, cause) if isinstance(cause, KafkaError) else None
+            raise (permanent or SourceUnavailable(f"source {self.name!r}: {where} on {self.bootstrap}: {error}")
+                   ) from error
         return {tp.partition: (tp.offset, tp.metadata) for tp in answered if tp.offset >= 0}
 
     def consumer_group_metadata(self) -> object:

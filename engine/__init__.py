@@ -6,6 +6,7 @@
 - ``transforms``: SQL, Python and window steps;
 - ``batch``: bounded exactly-once batch jobs and their ledger;
 - ``config`` and ``wiring``: the connector YAML, and the one place it becomes sources, operators and sinks;
+  ``secrets`` resolves the references in it; ``validation`` checks it offline and on Kafka;
 - ``metrics``, ``logs``, ``cli``: what an operator sees;
 - ``testing``: dev tooling (local broker, containers, test helpers, pytest plugin), never imported by the
   runtime.
@@ -18,7 +19,7 @@ The public face::
 
 from engine.checkpoint import ConnectorFailed, RecoveryError, RunOptions, run_connector
 from engine.config import ConfigError, ConnectorConfig, load_config
-from engine.wiring import validate_offline
+from engine.validation import validate_offline, validate_online
 
 __all__ = [
     "ConfigError",
@@ -29,4 +30,5 @@ __all__ = [
     "load_config",
     "run_connector",
     "validate_offline",
+    "validate_online",
 ]

@@ -134,6 +134,25 @@ class CheckpointConfig(_Strict):
     keep: int = Field(default=3, ge=1)
 
 
+CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "client.dns.lookup", "socket.")
+
+
+class KafkaConfig(_Strict):
+    """How every client of the connector reaches Kafka: the connect timeout and the security settings."""
+
+    connect_timeout: DurationMs = 30_000  # Kafka unreachable this long at start: fail, naming the address
+    client: dict[str, str] = {}  # security.protocol, sasl.*, ssl.*; values may be ${env:NAME}/${file:PATH:KEY}
+
+    @model_validator(mode="after")
+    def _only_connection_settings(self) -> KafkaConfig:
+        unknown = sorted(key for key in self.client if not key.startswith(CLIENT_KEY_PREFIXES))
+        if unknown:
+            allowed = ", ".join(CLIENT_KEY_PREFIXES)
+            raise ValueError(f"kafka.client takes connection and security settings only ({allowed}...), not "
+                             f"{unknown}: put consumer or producer settings in source.consumer or sink.producer")
+        return self
+
+
 class BatchConfig(_Strict):
     """How ``epochline batch run`` splits the source into items and where it keeps its ledger."""
 
@@ -151,6 +170,7 @@ class ConnectorConfig(_Strict):
     on_transform_error: Literal["halt", "dead-letter"] | None = None  # default: by sink.delivery
     checkpoint: CheckpointConfig = CheckpointConfig()
     batch: BatchConfig = BatchConfig()
+    kafka: KafkaConfig = KafkaConfig()
     metrics_port: int | None = None
     _base_dir: Path = PrivateAttr(default=Path("."))
 

@@ -10,7 +10,10 @@ reach the same handler: every client epochline creates passes its module's logge
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import time
+from collections.abc import Callable
 from functools import cache
 from typing import Literal
 
@@ -21,6 +24,48 @@ from rich.logging import RichHandler
 LogFormat = Literal["auto", "text", "json"]
 
 _STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+CLIENT_LOGGER_NAME = "librdkafka"  # connectors.admin.CLIENT_LOGGER: every Kafka client's own lines
+_context: dict[str, object] = {}
+
+
+def set_context(**fields: object) -> None:
+    """Fields every later log record carries unless it names them itself (e.g. ``connector``)."""
+    _context.update(fields)
+
+
+class _ContextFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _context.items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+class RepeatLimiter(logging.Filter):
+    """librdkafka repeats a failing connection's line at every reconnect; let one line per message through
+    per ``window_s`` and say on the next one how many were held back. Messages that differ only in numbers
+    (durations, counters) count as the same."""
+
+    def __init__(self, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._window_s = window_s
+        self._clock = clock
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = _DIGITS.sub("#", record.getMessage())
+        now = self._clock()
+        shown_at, held = self._seen.get(key, (float("-inf"), 0))
+        if now - shown_at < self._window_s:
+            self._seen[key] = (shown_at, held + 1)
+            return False
+        if held:
+            record.repeated = held
+        self._seen[key] = (now, 0)
+        return True
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def _fields(record: logging.LogRecord) -> dict[str, object]:
@@ -83,7 +128,10 @@ def configure_logging(level: str = "INFO", log_format: LogFormat = "auto") -> Li
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter())
+    handler.addFilter(_ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    client_logger = logging.getLogger(CLIENT_LOGGER_NAME)
+    client_logger.filters[:] = [RepeatLimiter()]
     return chosen

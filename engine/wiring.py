@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from connectors.metadata import with_metadata_fields
 from connectors.source import SourceSettings
+from engine import secrets
 from engine.config import ConnectorConfig, SourceConfig, StepConfig
 from engine.transforms import Operator, OperatorChain, PythonOperator, SqlOperator, WindowOperator, WindowSpec
 from engine.transforms import build_chain as chain_of
@@ -44,6 +45,12 @@ def build_chain(config: ConnectorConfig) -> OperatorChain:
     return chain_of([build_operator(step, index) for index, step in enumerate(config.transform)])
 
 
+def client_config(config: ConnectorConfig) -> dict[str, str]:
+    """``kafka.client`` with its secret references resolved: given to every Kafka client the connector makes.
+    Resolved here, when a client is about to be made, so the secrets never sit in the loaded config."""
+    return secrets.resolve_all(config.kafka.client, config.base_dir)
+
+
 def source_settings(config: ConnectorConfig, source: SourceConfig | None = None,
                     name: str = SOURCE_NAME) -> SourceSettings:
     """``source`` (default: the config's) as a ``KafkaSource``'s settings."""
@@ -59,7 +66,7 @@ def source_settings(config: ConnectorConfig, source: SourceConfig | None = None,
         allowed_lateness_ms=source.event_time.allowed_lateness,
         idle_timeout_ms=source.event_time.idle_timeout,
         on_error="halt" if source.on_error == "halt" else "dead-letter",  # fail-item: the batch job's call
-        consumer_config=dict(source.consumer),
+        consumer_config={**client_config(config), **source.consumer},
     )
 
 
@@ -73,7 +80,8 @@ def sink_settings(config: ConnectorConfig, transactional_id: str, group_id: str)
         key_column=sink.key,
         include_metadata=tuple(sink.include_metadata),
         transaction_timeout_ms=sink.transaction_timeout,
-        producer_config=dict(sink.producer),
+        producer_config={**client_config(config), **sink.producer},
+        client_config=client_config(config),
     )
 
 
@@ -99,12 +107,3 @@ def input_schema(value_format: Format) -> pa.Schema | None:
     if value_format.arrow_schema is None:
         return None
     return with_metadata_fields(value_format.arrow_schema)
-
-
-def validate_offline(config: ConnectorConfig) -> None:
-    """Everything that can be checked without a broker: schemas load, the sink format builds, and the
-    transform accepts the source's schema (when the source has an explicit schema)."""
-    schema = input_schema(source_format(config))
-    sink_format(config)
-    if schema is not None:
-        build_chain(config).validate(schema)

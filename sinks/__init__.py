@@ -11,13 +11,22 @@ passed in (``before_commit``).
 """
 
 from sinks.at_least_once import AtLeastOnceKafkaSink
-from sinks.errors import EpochAborted, ProducerFenced, ProducerWedged, SinkError, SinkFatal
+from sinks.errors import (
+    CallInterrupted,
+    EpochAborted,
+    ProducerFenced,
+    ProducerWedged,
+    SinkError,
+    SinkFatal,
+    SinkNotAuthorized,
+)
 from sinks.produce import produce_all, produce_waiting
 from sinks.transactional import TransactionalKafkaSink
 from sinks.writer import EncodedRows, KafkaWriter, Produced, Sink, SinkSettings, encode_rows
 
 __all__ = [
     "AtLeastOnceKafkaSink",
+    "CallInterrupted",
     "EncodedRows",
     "EpochAborted",
     "KafkaWriter",
@@ -27,6 +36,7 @@ __all__ = [
     "Sink",
     "SinkError",
     "SinkFatal",
+    "SinkNotAuthorized",
     "SinkSettings",
     "TransactionalKafkaSink",
     "encode_rows",

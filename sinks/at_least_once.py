@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from connectors.admin import CLIENT_LOGGER
 from connectors.offset_metadata import tagged
 from schemas import Format
 from sinks.errors import EpochAborted
 from sinks.writer import KafkaWriter, SinkSettings
-
-log = logging.getLogger(__name__)
 
 
 class AtLeastOnceKafkaSink(KafkaWriter):
@@ -25,7 +22,9 @@ class AtLeastOnceKafkaSink(KafkaWriter):
     def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format):
         super().__init__(settings, bootstrap, value_format, {"enable.idempotence": True})
         self._committer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": settings.group_id, "enable.auto.commit": False, "logger": log,
+            **settings.client_config,
+            "bootstrap.servers": bootstrap, "group.id": settings.group_id, "enable.auto.commit": False,
+            "logger": CLIENT_LOGGER,
         })
 
     def start(self) -> None:

@@ -10,15 +10,17 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaException
 
-from sinks.errors import ProducerWedged, SinkError, classify
+from sinks.errors import CallInterrupted, ProducerWedged, SinkError, classify
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-def with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0) -> T:
-    """Run a transactional API call, retrying only what librdkafka calls retriable, up to a deadline."""
+def with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0,
+                 interrupted: Callable[[], bool] = lambda: False) -> T:
+    """Run a transactional API call, retrying only what librdkafka calls retriable, up to a deadline; a stop
+    requested meanwhile (``interrupted``) ends the retries with ``CallInterrupted``."""
     deadline = time.monotonic() + deadline_s
     backoff = 0.1
     while True:
@@ -28,6 +30,8 @@ def with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0) ->
             failure = classify(exc.args[0], what)
             if failure is not None:
                 raise failure from exc
+            if interrupted():
+                raise CallInterrupted(f"{what}: stop requested while retrying ({exc.args[0].str()})") from exc
             if time.monotonic() > deadline:
                 raise SinkError(f"{what}: still failing after {deadline_s:.0f}s: {exc.args[0].str()}") from exc
             log.warning("retrying transactional call", extra={"call": what, "error": exc.args[0].str()})

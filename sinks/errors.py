@@ -10,6 +10,13 @@ from __future__ import annotations
 from confluent_kafka import KafkaError
 
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+NOT_AUTHORIZED_CODES = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "WRITE on the topic",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "WRITE on the transactional id",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "READ on the consumer group",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "IDEMPOTENT_WRITE on the cluster",
+}
+"""What the principal lacks when the broker answers with each authorization error."""
 
 
 class SinkError(RuntimeError):
@@ -32,8 +39,23 @@ class ProducerWedged(SinkFatal):
     """A librdkafka call did not return in time; the producer is abandoned, not used again."""
 
 
+class SinkNotAuthorized(SinkFatal):
+    """The principal lacks a permission the sink needs: permanent until an operator grants it."""
+
+
+class CallInterrupted(SinkError):
+    """A stop was requested while a call was being retried: nothing was committed by it."""
+
+
+def not_authorized(what: str, error: KafkaError) -> SinkNotAuthorized:
+    return SinkNotAuthorized(f"{what}: not authorized, the principal needs {NOT_AUTHORIZED_CODES[error.code()]} "
+                             f"({error.name()}: {error.str()})")
+
+
 def classify(error: KafkaError, what: str) -> SinkError | None:
     """Map a librdkafka error to the action it demands; None means retry the same call."""
+    if error.code() in NOT_AUTHORIZED_CODES:
+        return not_authorized(what, error)
     if error.code() in _FENCED_CODES:
         return ProducerFenced(
             f"{what}: this instance was fenced by a newer one with the same transactional.id ({error.str()}); "

@@ -43,8 +43,10 @@ class TransactionalKafkaSink(KafkaWriter):
 
     def start(self) -> None:
         """Fence every earlier instance and abort whatever it left open (``init_transactions``)."""
-        with_retries(lambda: self.producer.init_transactions(30),
-                     f"init_transactions({self.settings.transactional_id})")
+        # Short calls, retried: librdkafka resumes init_transactions after a timeout, and a stop signal is
+        # honoured between two calls instead of after one long one.
+        with_retries(lambda: self.producer.init_transactions(5),
+                     f"init_transactions({self.settings.transactional_id})", interrupted=self.interrupted)
         log.info("transactional producer ready", extra={"transactional_id": self.settings.transactional_id})
 
     def begin_epoch(self) -> None:

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from connectors.admin import CLIENT_LOGGER
 from connectors.dead_letter import DeadLetter
 from connectors.metadata import is_metadata_column
 from schemas import Format
-from sinks.errors import EpochAborted, SinkError, classify
+from sinks.errors import NOT_AUTHORIZED_CODES, EpochAborted, SinkError, classify, not_authorized
 from sinks.produce import Headers, produce_all
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,6 +27,7 @@ class SinkSettings:
     include_metadata: Sequence[str] = ()
     transaction_timeout_ms: int = 60_000
     producer_config: dict[str, str] = field(default_factory=dict)
+    client_config: dict[str, str] = field(default_factory=dict)  # security settings, for every client
     max_queued_messages: int = 500_000
 
 
@@ -87,6 +86,9 @@ class KafkaWriter:
         self.settings = settings
         self._format = value_format
         self._failed: list[str] = []
+        self._not_authorized: SinkError | None = None
+        self.interrupted: Callable[[], bool] = lambda: False
+        """Polled while calls are retried: set by the engine so a stop signal ends the retries."""
         config: dict[str, object] = {
             "bootstrap.servers": bootstrap,
             "linger.ms": 5,
@@ -96,15 +98,18 @@ class KafkaWriter:
             "compression.type": "lz4",
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
-            "logger": log,  # librdkafka's lines go through epochline's logging
+            "logger": CLIENT_LOGGER,  # librdkafka's lines go through epochline's logging
             **extra,
             **settings.producer_config,
         }
         self.producer = Producer(config)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self._failed.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
+        if error is None:
+            return
+        if error.code() in NOT_AUTHORIZED_CODES:
+            self._not_authorized = not_authorized(f"producing to topic {message.topic()!r}", error)
+        self._failed.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
 
     def write(self, table: pa.Table) -> Produced:
         """Encode and produce every row; returns how many records (and value bytes) went to the producer."""
@@ -139,6 +144,8 @@ class KafkaWriter:
     def flush(self, timeout: float) -> None:
         """Wait until every record is acknowledged; a failed delivery raises before offsets move."""
         remaining = self.producer.flush(timeout)
+        if self._not_authorized is not None:
+            raise self._not_authorized
         if remaining:
             raise EpochAborted(f"{remaining} records to {self.settings.topic} were not delivered within {timeout}s")
         if self._failed:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,39 @@ class PipelineHalted(CoordinatorError):
 
 class ImmediateStop(CoordinatorError):
     """A second stop signal: stop at once, without a final checkpoint."""
+
+
+class StoppedBeforeStart(CoordinatorError):
+    """A stop was requested while the connector was still starting: nothing was opened for writing."""
+
+
+class StopRequest:
+    """SIGTERM/SIGINT for a whole run: the first asks for a graceful stop, the second stops at once.
+
+    One object serves every phase (start-up, recovery, the cycle loop, a restart's backoff), so a signal is
+    honoured wherever it lands: phases poll ``requested`` between bounded steps or ``wait`` on it. The
+    second request raises ``ImmediateStop`` from the signal handler, at the next bytecode of the main thread.
+    """
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+
+    def request(self) -> None:
+        if self._requested.is_set():
+            raise ImmediateStop("second stop signal: stopping at once without a final checkpoint")
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True at once when a stop is requested meanwhile."""
+        return self._requested.wait(seconds)
+
+    def install(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.request())
 
 
 @dataclass(frozen=True)
@@ -137,13 +171,13 @@ class StreamingCoordinator:
     """Runs cycles and checkpoints until stopped, the input ends (``stop_at_end``) or a halt."""
 
     def __init__(self, callback: PipelineCallback, settings: CoordinatorSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, stop: StopRequest | None = None) -> None:
         self.callback = callback
         self.settings = settings
         self._clock = clock
+        self.stop = stop or StopRequest()
         self._sources: dict[str, Source] = {}
         self._controls: list[ControlMessage] = []
-        self._stop_requested = False
         self._paused = False
         self._dirty = False
         self.checkpoints_committed = 0
@@ -152,13 +186,10 @@ class StreamingCoordinator:
     # -- control ---------------------------------------------------------------------------------
     def request_stop(self) -> None:
         """Graceful stop: finish the cycle, take a final checkpoint, return. A second request is immediate."""
-        if self._stop_requested:
-            raise ImmediateStop("second stop signal: stopping at once without a final checkpoint")
-        self._stop_requested = True
+        self.stop.request()
 
     def install_signal_handlers(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.request_stop())
+        self.stop.install()
 
     def submit(self, msg: ControlMessage) -> None:
         """Queue a control message; it is applied between cycles."""
@@ -181,10 +212,10 @@ class StreamingCoordinator:
                 self._apply_backpressure()
                 polled = self.run_cycle()
                 at_end = ends is not None and not polled and self._all_reached(ends)
-                if self._stop_requested or at_end or self._clock() >= next_checkpoint:
+                if self.stop.requested or at_end or self._clock() >= next_checkpoint:
                     self.checkpoint()
                     next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
-                if (self._stop_requested or at_end) and not self._dirty:
+                if (self.stop.requested or at_end) and not self._dirty:
                     return
         finally:
             self.close()

@@ -25,6 +25,8 @@ from engine.checkpoint.coordinator import (
     CycleFailed,
     PipelineCallback,
     Source,
+    StoppedBeforeStart,
+    StopRequest,
 )
 from engine.config import ConnectorConfig
 from engine.metrics import Metrics
@@ -39,7 +41,7 @@ from engine.state import (
 from engine.transforms import OperatorRuntimeError
 from engine.wiring import SOURCE_NAME, CrashPoint, build_chain, build_sink, input_schema, source_settings
 from schemas import Format
-from sinks import EpochAborted, Sink
+from sinks import EpochAborted, KafkaWriter, Sink
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +78,12 @@ class KafkaPipeline(PipelineCallback):
 
     def __init__(self, config: ConnectorConfig, bootstrap: str, metrics: Metrics | None = None,
                  crash_point: CrashPoint | None = None, *, open_source: SourceOpener | None = None,
-                 sink: Sink | None = None, cycle_observer: CycleObserver | None = None) -> None:
+                 sink: Sink | None = None, cycle_observer: CycleObserver | None = None,
+                 stop: StopRequest | None = None) -> None:
         """``open_source`` and ``sink`` replace the Kafka ones (the test driver's in-memory parts); by default
         sources are ``KafkaSource``s in the connector's group and the sink is what ``sink.delivery`` asks.
-        ``cycle_observer`` is told every source's position after each cycle (a progress bar)."""
+        ``cycle_observer`` is told every source's position after each cycle (a progress bar). ``stop`` is
+        polled between the steps of recovery, so a stop signal during start-up is honoured within seconds."""
         self.config = config
         self.bootstrap = bootstrap
         self.metrics = metrics or Metrics()
@@ -101,13 +105,20 @@ class KafkaPipeline(PipelineCallback):
         self._watermark: int | None = None  # as of the end of the last cycle: what this cycle's rows are judged by
         self._cycle_bytes_in = 0
         self._cycle_observer = cycle_observer
+        self._stop = stop or StopRequest()
+        if isinstance(self.sink, KafkaWriter):
+            self.sink.interrupted = lambda: self._stop.requested
 
     # -- recovery ---------------------------------------------------------------------------------
     def recover(self) -> list[Source]:
         self.sink.start()  # fences the previous instance first, so it stops writing state...
-        self._state_lock.acquire(timeout_s=self.config.checkpoint.timeout / 1000 * 2)  # ...then waits for it to exit
+        self._honour_stop("fencing")
+        self._state_lock.acquire(timeout_s=self.config.checkpoint.timeout / 1000 * 2,  # ...then waits for it to exit
+                                 interrupted=lambda: self._stop.requested)
+        self._honour_stop("waiting for the previous instance to exit")
         for name, settings in self._source_settings.items():
             self._open_source(name, settings)
+            self._honour_stop("opening the sources")
         self._validate_chain()
         self._register_state()
         self._initial_state = {name: state.snapshot() for name, state in self._states().items()}
@@ -130,6 +141,10 @@ class KafkaPipeline(PipelineCallback):
                                          "committed_checkpoint": checkpoint_id,
                                          "offsets": dict(self._committed_cuts[name].offsets)})
         return source
+
+    def _honour_stop(self, during: str) -> None:
+        if self._stop.requested:
+            raise StoppedBeforeStart(f"stop requested while {during}; nothing was committed")
 
     def _checkpoint_named_by(self, source: PipelineSource, metadata: str | None) -> int | None:
         """The checkpoint id in the committed offsets' metadata; unreadable metadata is a ``RecoveryError``

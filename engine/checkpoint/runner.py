@@ -3,35 +3,50 @@
 Why restart in-process: a broker restart or a timed-out commit leaves the producer in a state where the
 outcome of the last commit is unknown. The only safe way on is the recovery path itself (a new producer,
 ``init_transactions``, resume from what Kafka says was committed), which is what a restart does, like
-Flink's restart strategy. Fencing, a halt on poison input, and configuration errors are not retried.
+Flink's restart strategy. Fencing, a halt on poison input, a missing topic, a refused permission and
+configuration errors are not retried: they would fail the same way.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from connectors.admin import end_offsets
+from connectors.admin import KafkaUnreachable, check_connection, end_offsets
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import PoisonRecord
-from connectors.source import SourceUnavailable
-from engine.checkpoint.coordinator import CoordinatorSettings, ImmediateStop, PipelineHalted, StreamingCoordinator
+from connectors.source import SourceNotAuthorized, SourceUnavailable, TopicMissing
+from engine.checkpoint.coordinator import (
+    CoordinatorSettings,
+    ImmediateStop,
+    PipelineHalted,
+    StoppedBeforeStart,
+    StopRequest,
+    StreamingCoordinator,
+)
 from engine.checkpoint.pipeline import KafkaPipeline, RecoveryError
 from engine.config import ConnectorConfig
+from engine.logs import set_context
 from engine.metrics import Metrics
 from engine.state import StateDirLocked
-from engine.wiring import SOURCE_NAME, CrashPoint
-from sinks import ProducerFenced, SinkError
+from engine.wiring import SOURCE_NAME, CrashPoint, client_config
+from sinks import CallInterrupted, ProducerFenced, SinkError, SinkNotAuthorized
 
 log = logging.getLogger(__name__)
 
 
 class ConnectorFailed(RuntimeError):
     """The connector stopped without finishing; the message says why."""
+
+
+PERMANENT_FAILURES = (ProducerFenced, PipelineHalted, PoisonRecord, RecoveryError, StateDirLocked, TopicMissing,
+                      SourceNotAuthorized, SinkNotAuthorized)
+"""Failures a restart would only repeat: fenced by a newer instance, poison input, state that cannot be
+restored, a missing topic, a refused permission."""
+MAX_RESTART_BACKOFF_S = 30.0
 
 
 class RunProgress(Protocol):
@@ -60,33 +75,72 @@ def bootstrap_from(flag: str | None) -> str:
 
 
 def run_connector(config: ConnectorConfig, options: RunOptions) -> None:
+    """Run until stopped, the input ends (``stop_at_end``) or a permanent failure (``ConnectorFailed``).
+
+    Bounded at every step: Kafka must answer within ``kafka.connect_timeout`` (else one line naming the
+    address and what failed); a missing topic or a refused permission fails at once; transient failures
+    restart from the last committed checkpoint with a growing backoff, at most ``max_restarts`` times. The
+    signal handlers are installed first, so SIGTERM during start-up, recovery or a backoff is honoured.
+    """
+    set_context(connector=config.name)
+    stop = StopRequest()
+    stop.install()
+    try:
+        _run(config, options, stop)
+    except ImmediateStop as immediate:
+        raise ConnectorFailed(f"{config.name}: {immediate}") from immediate
+
+
+def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> None:
+    client = client_config(config)
+    if not _kafka_answers(config, options, client, stop):
+        return
     metrics = Metrics()
     if config.metrics_port is not None:
         metrics.serve(config.metrics_port)
-    stop_at = {SOURCE_NAME: end_offsets(options.bootstrap, config.source.topic)} if options.stop_at_end else None
+    stop_at = ({SOURCE_NAME: end_offsets(options.bootstrap, config.source.topic, client_config=client)}
+               if options.stop_at_end else None)
     if options.progress is not None and stop_at is not None:
         options.progress.begin(stop_at)
     observer = options.progress.positions if options.progress is not None else None
     restarts = 0
     while True:
-        pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, cycle_observer=observer)
+        pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, cycle_observer=observer,
+                                 stop=stop)
         coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(
-            checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at=stop_at))
-        coordinator.install_signal_handlers()
+            checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at=stop_at), stop=stop)
         try:
             coordinator.run()
             log.info("connector stopped", extra={"connector": config.name,
                                                  "checkpoints": coordinator.checkpoints_committed})
             return
-        except ProducerFenced as fenced:
-            raise ConnectorFailed(f"{config.name}: {fenced}") from fenced
-        except (PipelineHalted, PoisonRecord, RecoveryError, ImmediateStop, StateDirLocked) as stop:
-            raise ConnectorFailed(f"{config.name}: {stop}") from stop
+        except (StoppedBeforeStart, CallInterrupted) as stopped:
+            log.info("connector stopped while starting", extra={"connector": config.name, "reason": str(stopped)})
+            return
+        except PERMANENT_FAILURES as permanent:
+            raise ConnectorFailed(f"{config.name}: {permanent}") from permanent
         except (SinkError, SourceUnavailable) as error:
             restarts += 1
             if restarts > options.max_restarts:
                 raise ConnectorFailed(
                     f"{config.name}: giving up after {options.max_restarts} restarts: {error}") from error
+            backoff = min(options.restart_backoff_s * 2 ** (restarts - 1), MAX_RESTART_BACKOFF_S)
             log.warning("restarting connector from the last committed checkpoint",
-                        extra={"connector": config.name, "error": str(error), "restart": restarts})
-            time.sleep(options.restart_backoff_s)
+                        extra={"connector": config.name, "error": str(error), "restart": restarts,
+                               "backoff_s": backoff})
+            if stop.wait(backoff) or not _kafka_answers(config, options, client, stop):
+                return
+
+
+def _kafka_answers(config: ConnectorConfig, options: RunOptions, client: dict[str, str], stop: StopRequest) -> bool:
+    """True once Kafka answers; False when a stop was requested meanwhile; ``ConnectorFailed`` naming the
+    address and what failed once ``kafka.connect_timeout`` has passed (or at once for refused credentials)."""
+    try:
+        check_connection(options.bootstrap, client, config.kafka.connect_timeout / 1000,
+                         interrupted=lambda: stop.requested)
+    except KafkaUnreachable as error:
+        if stop.requested:
+            log.info("connector stopped while waiting for Kafka", extra={"connector": config.name})
+            return False
+        raise ConnectorFailed(f"{config.name}: {error}") from error
+    return True

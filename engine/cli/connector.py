@@ -7,10 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.checkpoint import RunOptions, bootstrap_from, run_connector
-from engine.cli.common import add_bootstrap_argument, crash_point
+from engine.cli.common import CommandFailed, add_bootstrap_argument, crash_point
 from engine.cli.progress import stop_at_end_progress
 from engine.config import load_config
-from engine.wiring import validate_offline
+from engine.validation import validate_offline, validate_online
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -26,10 +26,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    """Checks the config file, its schemas and its transform without touching Kafka."""
+    """Checks the config file, its schemas and its transform; with ``--online`` also Kafka, touching no data."""
     config = load_config(args.config, batch=args.batch)
     validate_offline(config)
-    print(f"{args.config}: ok ({config.name}: {config.source.topic} -> {config.sink.topic}, {config.sink.delivery})")
+    if args.online:
+        problems = validate_online(config, bootstrap_from(args.bootstrap_servers))
+        if problems:
+            raise CommandFailed("\n".join(f"{args.config}: {problem}" for problem in problems))
+    checked = "config and Kafka" if args.online else "config"
+    print(f"{args.config}: ok ({checked}; {config.name}: {config.source.topic} -> {config.sink.topic}, "
+          f"{config.sink.delivery})")
     return 0
 
 
@@ -43,4 +49,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     validate = commands.add_parser("validate", help="check a connector config without running it")
     validate.add_argument("config", type=Path)
     validate.add_argument("--batch", action="store_true", help="check it as a batch job config (epochline batch run)")
+    validate.add_argument("--online", action="store_true",
+                          help="also check Kafka: reachable, topics exist, read/write permitted (no data touched)")
+    add_bootstrap_argument(validate)
     validate.set_defaults(handler=_validate)

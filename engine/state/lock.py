@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -24,7 +25,9 @@ class StateDirLock:
         self.path = Path(directory) / "owner.lock"
         self._handle: IO[str] | None = None
 
-    def acquire(self, timeout_s: float) -> None:
+    def acquire(self, timeout_s: float, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Wait up to ``timeout_s`` for the directory; ``interrupted`` (a stop signal) ends the wait early,
+        without the lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")  # noqa: SIM115 - held for as long as this process owns the dir
         deadline = time.monotonic() + timeout_s
@@ -33,6 +36,9 @@ class StateDirLock:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if interrupted():
+                    handle.close()
+                    return
                 if time.monotonic() > deadline:
                     handle.close()
                     raise StateDirLocked(

@@ -1,0 +1,129 @@
+"""Bad Kafka, bounded and clear: an unreachable broker, a missing topic, a stop signal while waiting, and a
+broker started a moment ago. Each fails (or succeeds) in bounded time with one line that names the problem,
+and no raw librdkafka line reaches stderr."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from connectors.admin import create_topic
+from engine.testing import read_values
+from engine.testing.local_broker import LocalBroker, free_port
+from tests.helpers import REPO_ROOT
+from tests.helpers.connector_process import json_field_counts, produce_values, write_config
+
+
+def connector(tmp_path: Path, topic: str, connect_timeout: str = "3s") -> Path:
+    return write_config(tmp_path, {
+        "name": topic,
+        "source": {"topic": f"{topic}-in", "format": "json"},
+        "sink": {"topic": f"{topic}-out", "format": "json"},
+        "dead_letter": {"topic": f"{topic}-dlq"},
+        "checkpoint": {"interval": "200ms", "dir": str(tmp_path / "state")},
+        "kafka": {"connect_timeout": connect_timeout},
+    })
+
+
+def epochline(*args: str) -> list[str]:
+    return [sys.executable, "-m", "engine.cli", *args]
+
+
+def raw_librdkafka_lines(stderr: str) -> list[str]:
+    """librdkafka's own format is ``%LEVEL|time|FAC|name| message``."""
+    return [line for line in stderr.splitlines() if line.startswith("%")]
+
+
+def test_an_unreachable_broker_fails_within_the_connect_timeout_naming_the_address(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    done = subprocess.run(epochline("run", str(connector(tmp_path, "nowhere")), "--bootstrap-servers", address),
+                          capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)
+    elapsed = time.monotonic() - started
+
+    assert done.returncode == 2
+    assert elapsed < 3 + 5
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("epochline:")]
+    assert f"cannot reach Kafka at {address} within 3s: connection refused" in line
+    assert raw_librdkafka_lines(done.stderr) == []
+
+
+def test_sigterm_while_waiting_for_kafka_exits_within_seconds(tmp_path: Path) -> None:
+    config = connector(tmp_path, "waiting", connect_timeout="60s")
+    process = subprocess.Popen(epochline("run", str(config), "--bootstrap-servers", f"127.0.0.1:{free_port()}"),
+                               stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        time.sleep(4)  # imports done, signal handlers installed, waiting for the broker
+        process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, stderr = process.communicate(timeout=10)
+        assert time.monotonic() - started < 5
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 0
+    assert "connector stopped while waiting for Kafka" in stderr
+    assert raw_librdkafka_lines(stderr) == []
+
+
+def test_a_missing_source_topic_fails_at_once_without_restarting(kafka_bootstrap: str, unique_topic: str,
+                                                                  tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = subprocess.run(epochline("run", str(connector(tmp_path, unique_topic)), "--bootstrap-servers",
+                                    kafka_bootstrap), capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+                          check=False)
+
+    assert done.returncode == 2
+    assert time.monotonic() - started < 20
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("epochline:")]
+    assert f"topic '{unique_topic}-in'" in line and "does not exist" in line
+    assert "restarting connector" not in done.stderr
+    assert raw_librdkafka_lines(done.stderr) == []
+
+
+def test_a_run_and_a_batch_job_succeed_on_a_broker_started_a_moment_ago(tmp_path: Path) -> None:
+    broker = LocalBroker(tmp_path / "fresh-broker")
+    state = broker.start(port=free_port())
+    try:
+        bootstrap = state.bootstrap
+        for name in ("fresh-stream", "fresh-batch"):
+            for topic in (f"{name}-in", f"{name}-out", f"{name}-dlq"):
+                create_topic(bootstrap, topic, 2)
+            produce_values(bootstrap, f"{name}-in", [orjson.dumps({"id": i}) for i in range(1_000)], 2)
+        stream = subprocess.run(epochline("run", str(connector(tmp_path / "s", "fresh-stream")), "--bootstrap-servers",
+                                          bootstrap, "--stop-at-end"), capture_output=True, text=True, timeout=120,
+                                cwd=REPO_ROOT, check=False)
+        batch = subprocess.run(epochline("batch", "run", str(connector(tmp_path / "b", "fresh-batch")), "--batch-id",
+                                         "first", "--bootstrap-servers", bootstrap), capture_output=True, text=True,
+                               timeout=120, cwd=REPO_ROOT, check=False)
+
+        assert stream.returncode == 0, stream.stderr[-2000:]
+        assert batch.returncode == 0, batch.stderr[-2000:]
+        for name in ("fresh-stream", "fresh-batch"):
+            assert json_field_counts(read_values(bootstrap, f"{name}-out"), "id") == {i: 1 for i in range(1_000)}
+    finally:
+        broker.stop()
+
+
+def test_validate_online_checks_kafka_and_names_what_is_missing_without_touching_data(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    config = connector(tmp_path, unique_topic)
+    validate = epochline("validate", str(config), "--online", "--bootstrap-servers", kafka_bootstrap)
+    missing = subprocess.run(validate, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)
+    for topic in (f"{unique_topic}-in", f"{unique_topic}-out", f"{unique_topic}-dlq"):
+        create_topic(kafka_bootstrap, topic, 1)
+
+    complete = subprocess.run(validate, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)
+
+    assert missing.returncode == 2
+    assert f"topic '{unique_topic}-in': the topic does not exist" in missing.stderr
+    assert f"topic '{unique_topic}-out': the topic does not exist" in missing.stderr
+    assert complete.returncode == 0, complete.stderr
+    assert "ok (config and Kafka;" in complete.stdout
+    assert read_values(kafka_bootstrap, f"{unique_topic}-out") == []
