@@ -7,6 +7,12 @@ schema of the first id seen (so ``arrow_schema`` is None until the first decode)
 other ids are read through Avro schema resolution (fastavro) into the reader schema; an id whose schema
 cannot be resolved into it fails those records, not the batch.
 
+Encode writes the spec's ``schema_id``; without one, with a registry and a schema file, it writes the id of
+that schema under the subject ``subject_strategy`` names (the record name is the Avro record's full name):
+registered there with ``auto_register``, else looked up, and a ``SchemaError`` naming the subject when it is
+not there (``schemas.registry``, shared with the other Confluent formats). That happens at the first
+encode, so a source reading with the same spec never registers anything.
+
 An unknown id is a DecodeFailure naming the id; a registry that cannot be reached (or a schema file that
 cannot be parsed) raises ``SchemaError``: that is an outage or a configuration error, not a bad record,
 and must not send every record to the dead-letter topic.
@@ -20,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import fastavro
 import pyarrow as pa
@@ -28,23 +34,32 @@ import pyarrow as pa
 from schemas.arrow_batches import empty_batch
 from schemas.avro_arrow import AvroSchema, load_avro_schema, parse_avro_schema, physical_avro_schema
 from schemas.avro_format import AvroCodec, ParsedSchema, body_failure
-from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, SchemaError
+from schemas.base import Decoded, DecodeFailure, SchemaError
+from schemas.registry import (
+    HEADER_SIZE,
+    MAGIC_BYTE,
+    SubjectRegistration,
+    UnknownSchemaId,
+    connect,
+    fetch_schema,
+    framed,
+    wire_header,
+)
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+__all__ = ["HEADER_SIZE", "MAGIC_BYTE", "ConfluentAvroFormat", "DirectorySchemaSource", "RegistrySchemaSource",
+           "SchemaSource", "UnknownSchemaId", "avro_full_name"]
 
 log = logging.getLogger(__name__)
 
-MAGIC_BYTE = 0
-HEADER_SIZE = 5
-_HTTP_NOT_FOUND = 404
-
-
-class UnknownSchemaId(LookupError):
-    """The schema source has no schema under this id."""
-
 
 class SchemaSource(Protocol):
-    """Where writer schemas come from, by id."""
+    """Where writer schemas come from, by id; ``registry`` is the client when they come from a registry."""
 
     description: str
+    registry: SchemaRegistryClient | None
 
     def fetch(self, schema_id: int) -> AvroSchema:
         """The Avro schema registered under ``schema_id``; ``UnknownSchemaId`` if there is none."""
@@ -54,23 +69,12 @@ class RegistrySchemaSource:
     """Schemas from a Confluent Schema Registry (``GET /schemas/ids/{id}``) via confluent-kafka's client."""
 
     def __init__(self, url: str) -> None:
-        # Imported here: the registry client pulls in an HTTP stack that formats without a registry never need.
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
         self.description = f"schema registry {url}"
-        self._client = SchemaRegistryClient({"url": url})
+        self.registry: SchemaRegistryClient | None = connect(url)
 
     def fetch(self, schema_id: int) -> AvroSchema:
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        try:
-            registered = self._client.get_schema(schema_id)
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == _HTTP_NOT_FOUND:
-                raise UnknownSchemaId(schema_id) from exc
-            raise SchemaError(f"{self.description} failed to return schema id {schema_id}: {exc}") from exc
-        except Exception as exc:  # the client reports transport failures (refused, timeout) as assorted types
-            raise SchemaError(f"{self.description} is unreachable for schema id {schema_id}: {exc}") from exc
+        assert self.registry is not None
+        registered = fetch_schema(self.registry, schema_id)
         if registered.schema_type not in (None, "AVRO"):
             raise SchemaError(f"{self.description}: schema id {schema_id} is {registered.schema_type}, not AVRO")
         where = f"{self.description} id {schema_id}"
@@ -89,6 +93,7 @@ class DirectorySchemaSource:
             raise SchemaError(f"avro-confluent schema_dir {directory} is not a directory")
         self.directory = Path(directory)
         self.description = f"schema directory {directory}"
+        self.registry: SchemaRegistryClient | None = None
 
     def fetch(self, schema_id: int) -> AvroSchema:
         path = self.directory / f"{schema_id}.avsc"
@@ -104,15 +109,13 @@ class _Writer:
     parsed: ParsedSchema | None
 
 
-def _header_problem(payload: bytes | None) -> str | None:
-    if payload is None:
-        return NULL_PAYLOAD_REASON
-    if len(payload) < HEADER_SIZE:
-        return (f"payload too short for Confluent wire format: {len(payload)} byte(s), need at least "
-                f"{HEADER_SIZE} (magic byte + 4-byte schema id)")
-    if payload[0] != MAGIC_BYTE:
-        return f"wrong magic byte 0x{payload[0]:02x} (expected 0x00: not Confluent wire format)"
-    return None
+def avro_full_name(schema: AvroSchema) -> str | None:
+    """The full name of a named Avro type (``namespace.name``): its record name for subject strategies."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("name"), str):
+        return None
+    name: str = schema["name"]
+    namespace = schema.get("namespace")
+    return f"{namespace}.{name}" if namespace and "." not in name else name
 
 
 class ConfluentAvroFormat:
@@ -120,18 +123,20 @@ class ConfluentAvroFormat:
 
     name = "avro-confluent"
 
-    def __init__(self, source: SchemaSource, *, reader: AvroCodec | None = None,
-                 schema_id: int | None = None) -> None:
+    def __init__(self, source: SchemaSource, *, reader: AvroCodec | None = None, schema_id: int | None = None,
+                 registration: SubjectRegistration | None = None) -> None:
         self._source = source
         self._schemas: dict[int, AvroSchema] = {}
         self._writers: dict[int, _Writer] = {}
         self._encoder: tuple[bytes, AvroCodec] | None = None
+        self._schema_file = reader  # what encode registers or looks up when there is no schema_id
+        self._registration = registration or SubjectRegistration()
         if schema_id is not None:
             try:
                 codec = AvroCodec(self._schema(schema_id), source=f"{source.description} id {schema_id}")
             except UnknownSchemaId:
                 raise SchemaError(f"avro-confluent schema_id {schema_id} is not in {source.description}") from None
-            self._encoder = (bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big"), codec)
+            self._encoder = (wire_header("AVRO", schema_id), codec)
             if reader is None:
                 reader = codec
         self._reader = reader
@@ -144,16 +149,8 @@ class ConfluentAvroFormat:
         records: list[dict[str, Any]] = []
         indices: list[int] = []
         failures: list[DecodeFailure] = []
-        writers: dict[int, _Writer | str] = {}  # this call's answer per schema id: how to read it, or why not
-        for index, payload in enumerate(payloads):
-            problem = _header_problem(payload)
-            if problem is None:
-                assert payload is not None
-                schema_id = int.from_bytes(payload[1:HEADER_SIZE], "big")
-                writer = writers.get(schema_id)
-                if writer is None:
-                    writer = writers[schema_id] = self._writer_or_reason(schema_id)
-                problem = writer if isinstance(writer, str) else self._read_into(records, payload, schema_id, writer)
+        for index, payload, schema_id, writer in framed(payloads, self._writer_or_reason):
+            problem = writer if isinstance(writer, str) else self._read_into(records, payload, schema_id, writer)
             if problem is None:
                 indices.append(index)
             else:
@@ -164,9 +161,24 @@ class ConfluentAvroFormat:
 
     def encode(self, batch: pa.RecordBatch) -> list[bytes]:
         if self._encoder is None:
-            raise SchemaError("avro-confluent encode needs schema_id: the id written after the magic byte")
+            self._encoder = self._registered_encoder()
         header, codec = self._encoder
         return codec.encode_bodies(batch, prefix=header)
+
+    def _registered_encoder(self) -> tuple[bytes, AvroCodec]:
+        """The schema file's id under the subject: registered or looked up (see module doc)."""
+        client, codec = self._source.registry, self._schema_file
+        if client is None or codec is None:
+            raise SchemaError("avro-confluent encode needs schema_id (the id written after the magic byte), or "
+                              "registry_url and a schema file to register or look up under the subject")
+        from confluent_kafka.schema_registry import Schema
+
+        record_name = avro_full_name(codec.avro_schema)
+        schema = Schema(json.dumps(codec.avro_schema), schema_type="AVRO")
+        schema_id = self._registration.schema_id(client, schema, record_name)
+        log.info("avro-confluent encode schema id resolved",
+                 extra={"schema_id": schema_id, "subject": self._registration.subject(record_name)})
+        return wire_header("AVRO", schema_id), codec
 
     def _writer_or_reason(self, schema_id: int) -> _Writer | str:
         try:

@@ -15,6 +15,7 @@ from schemas.confluent import ConfluentAvroFormat, DirectorySchemaSource, Regist
 from schemas.json_format import JsonFormat
 from schemas.json_schema import json_schema_to_arrow, load_json_document
 from schemas.raw import RawFormat
+from schemas.registry import SubjectRegistration
 
 FormatName = Literal["json", "avro", "avro-confluent", "protobuf-confluent", "json-confluent", "raw"]
 SubjectStrategy = Literal["topic", "record", "topic-record"]
@@ -28,7 +29,8 @@ class FormatSpec:
     ``schema``: an ``.avsc`` (Avro) file, or for ``json`` also a JSON Schema ``.json`` file (optional: without
     it, types are inferred per batch). ``avro-confluent`` resolves writer schemas by id from
     ``registry_url`` (a Confluent Schema Registry) or ``schema_dir`` (``<id>.avsc`` files); ``schema`` is then
-    the reader schema, and ``schema_id`` the id that encode writes (and the default reader schema).
+    the reader schema, and ``schema_id`` the id that encode writes (and the default reader schema). Without
+    ``schema_id``, encode with a registry and a schema file registers or looks up that schema as below.
 
     ``protobuf-confluent`` and ``json-confluent`` take their schema from ``registry_url`` (by ``schema_id``,
     else the latest version of the subject) or from ``schema`` (a ``.proto`` file, a compiled descriptor set
@@ -62,10 +64,14 @@ def make_format(spec: FormatSpec) -> Format:
         return AvroFormat(AvroCodec.from_file(Path(spec.schema)))
     if spec.format == "avro-confluent":
         reader = AvroCodec.from_file(Path(spec.schema)) if spec.schema is not None else None
-        return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id)
+        return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id,
+                                   registration=SubjectRegistration.from_spec(spec))
     if spec.format == "protobuf-confluent":
-        from schemas.protobuf_format import make_protobuf_format
-
+        try:
+            from schemas.protobuf_format import make_protobuf_format
+        except ImportError as error:
+            raise SchemaError(f"protobuf-confluent needs the protobuf libraries ({error}); install them with: "
+                              "pip install 'epochline[protobuf]'") from error
         return make_protobuf_format(spec)
     if spec.format == "json-confluent":
         from schemas.json_confluent import make_json_confluent_format

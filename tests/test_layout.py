@@ -63,16 +63,21 @@ import importlib.abc, sys
 
 class Missing(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("testcontainers", "psycopg", "docker"):
+        if name.split(".")[0] in ("testcontainers", "psycopg", "docker", "google", "grpc_tools"):
             raise ImportError(f"No module named {name!r} (blocked by the test)")
         return None
 
 sys.meta_path.insert(0, Missing())
 import engine, engine.cli, engine.batch, engine.checkpoint, engine.testing, connectors, sinks, schemas
 from engine.batch import BatchStoreError, open_batch_store
+from schemas import FormatSpec, SchemaError, make_format
 try:
     open_batch_store("postgresql://127.0.0.1:1/none")
 except BatchStoreError as error:
+    print(error)
+try:
+    make_format(FormatSpec(format="protobuf-confluent", schema="any.proto"))
+except SchemaError as error:
     print(error)
 """
 
@@ -82,3 +87,4 @@ def test_the_library_imports_without_its_optional_extras_and_names_the_missing_o
                           cwd=REPO_ROOT, check=False)
     assert done.returncode == 0, done.stderr
     assert "pip install 'epochline[postgres]'" in done.stdout
+    assert "pip install 'epochline[protobuf]'" in done.stdout

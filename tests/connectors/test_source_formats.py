@@ -5,20 +5,19 @@ from __future__ import annotations
 import decimal
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from confluent_kafka import Producer
 
 from connectors.admin import create_topic, end_offsets
 from connectors.dead_letter import PoisonRecord
 from connectors.metadata import METADATA_COLUMNS
 from connectors.source import KafkaSource, SourceBatch, SourceSettings
 from schemas import FormatSpec, make_format
-from tests.helpers.connector_process import read_until
+from tests.helpers.connector_process import produce_keyed, read_until
 
 ROWS = 100_000
 SCHEMA_ID = 42
@@ -89,14 +88,6 @@ def raw_batch(_: pa.Schema, rows: int) -> pa.RecordBatch:
     return pa.record_batch({"value": pa.array(values, pa.binary())})
 
 
-def produce(bootstrap: str, topic: str, values: Iterable[bytes | None]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
-    for i, value in enumerate(values):
-        producer.produce(topic, value, key=str(i).encode())
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
-
 
 def read_all(source: KafkaSource, bootstrap: str, deadline_s: float = 120.0) -> list[SourceBatch]:
     return read_until(source, end_offsets(bootstrap, source.settings.topic), deadline_s)
@@ -119,7 +110,7 @@ def test_100k_records_round_trip_through_the_broker_value_for_value(
     spec = spec_for(format_name, schema_dir)
     expected = build(make_format(spec).arrow_schema, ROWS)
     create_topic(kafka_bootstrap, unique_topic, partitions=2)
-    produce(kafka_bootstrap, unique_topic, make_format(spec).encode(expected))
+    produce_keyed(kafka_bootstrap, unique_topic, make_format(spec).encode(expected))
     settings = SourceSettings(name="src", topic=unique_topic, format=spec)
     with KafkaSource(settings, kafka_bootstrap, f"group-{unique_topic}") as source:
         source.open()
@@ -174,7 +165,7 @@ def test_bad_record_becomes_a_dead_letter_with_its_bytes_and_reason(
     payloads: list[bytes | None] = list(good_payloads(spec, 5))
     payloads[2] = corrupt(payloads[2])
     create_topic(kafka_bootstrap, unique_topic, partitions=1)
-    produce(kafka_bootstrap, unique_topic, payloads)
+    produce_keyed(kafka_bootstrap, unique_topic, payloads)
     settings = SourceSettings(name="src", topic=unique_topic, format=spec)
     with KafkaSource(settings, kafka_bootstrap, f"group-{unique_topic}") as source:
         source.open()
@@ -191,7 +182,7 @@ def test_bad_record_becomes_a_dead_letter_with_its_bytes_and_reason(
 def test_batch_of_only_bad_records_still_advances_the_position(
         kafka_bootstrap: str, unique_topic: str, schema_dir: Path) -> None:
     create_topic(kafka_bootstrap, unique_topic, partitions=1)
-    produce(kafka_bootstrap, unique_topic, [b"{broken"] * 20)
+    produce_keyed(kafka_bootstrap, unique_topic, [b"{broken"] * 20)
     settings = SourceSettings(name="src", topic=unique_topic, format=spec_for("json", schema_dir))
     with KafkaSource(settings, kafka_bootstrap, f"group-{unique_topic}") as source:
         source.open()
@@ -206,7 +197,7 @@ def test_halt_on_error_raises_poison_record_and_hands_nothing_out(
     spec = spec_for("avro", schema_dir)
     payloads = good_payloads(spec, 3)
     create_topic(kafka_bootstrap, unique_topic, partitions=1)
-    produce(kafka_bootstrap, unique_topic, [payloads[0], corrupt_truncate(payloads[1]), payloads[2]])
+    produce_keyed(kafka_bootstrap, unique_topic, [payloads[0], corrupt_truncate(payloads[1]), payloads[2]])
     settings = SourceSettings(name="src", topic=unique_topic, format=spec, on_error="halt")
     with KafkaSource(settings, kafka_bootstrap, f"group-{unique_topic}") as source:
         source.open()
@@ -218,7 +209,7 @@ def test_halt_on_error_raises_poison_record_and_hands_nothing_out(
 def test_dead_letter_headers_name_origin_and_reason(
         kafka_bootstrap: str, unique_topic: str, schema_dir: Path) -> None:
     create_topic(kafka_bootstrap, unique_topic, partitions=1)
-    produce(kafka_bootstrap, unique_topic, [b"{broken"])
+    produce_keyed(kafka_bootstrap, unique_topic, [b"{broken"])
     settings = SourceSettings(name="src", topic=unique_topic, format=spec_for("json", schema_dir))
     with KafkaSource(settings, kafka_bootstrap, f"group-{unique_topic}") as source:
         source.open()

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,9 @@ import orjson
 import yaml
 from confluent_kafka import Producer
 
-from connectors.source import KafkaSource, SourceBatch
+from connectors.admin import end_offsets
+from connectors.source import KafkaSource, SourceBatch, SourceSettings
+from schemas import FormatSpec
 from sinks import produce_waiting
 from tests.helpers import REPO_ROOT
 
@@ -123,3 +125,19 @@ def read_until(source: KafkaSource, ends: Mapping[int, int], deadline_s: float =
         if batch is not None:
             batches.append(batch)
     return batches
+
+
+def produce_keyed(bootstrap: str, topic: str, values: Iterable[bytes | None]) -> None:
+    """Write ``values`` as they come, record i keyed ``str(i)``, and wait until every one is acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
+    for i, value in enumerate(values):
+        produce_waiting(producer, topic, value, str(i).encode())
+    assert producer.flush(60) == 0, f"could not write the input to {topic}"
+
+
+def read_batches(bootstrap: str, topic: str, spec: FormatSpec, deadline_s: float = 180.0) -> list[SourceBatch]:
+    """Every batch a ``KafkaSource`` with format ``spec`` hands out, from the start to today's end offsets."""
+    settings = SourceSettings(name="src", topic=topic, format=spec)
+    with KafkaSource(settings, bootstrap, f"group-{topic}") as source:
+        source.open()
+        return read_until(source, end_offsets(bootstrap, topic), deadline_s)

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Self
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING
 
 import fastavro
 import pyarrow as pa
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from schemas import FormatSpec, SchemaError, make_format
 from schemas.base import Format
+from schemas.registry import SchemaNotRegistered
 from tests.helpers.schema_samples import ALL_TYPES_AVSC, all_types_rows
+
+if TYPE_CHECKING:  # imported by pytest as the plugin below; importing it here first would skip assert rewriting
+    from tests.helpers.schema_registry import FakeSchemaRegistry
+
+pytest_plugins = ["tests.helpers.schema_registry"]
 
 USER_V1 = {"type": "record", "name": "User", "fields": [
     {"name": "id", "type": "long"},
@@ -31,52 +36,13 @@ USER_V2 = {"type": "record", "name": "User", "fields": [
 INCOMPATIBLE = {"type": "record", "name": "User", "fields": [{"name": "id", "type": "string"}]}
 
 
-class FakeSchemaRegistry:
-    """A unit-level stand-in for the registry's HTTP API: ``GET /schemas/ids/{id}`` as the real one answers."""
-
-    def __init__(self, schemas: dict[int, dict]) -> None:
-        self.requests: list[str] = []
-        registry = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                registry.requests.append(self.path)
-                parts = urlparse(self.path).path.strip("/").split("/")
-                schema_id = int(parts[2]) if parts[:2] == ["schemas", "ids"] and parts[2].isdigit() else None
-                if schema_id in schemas:
-                    self.answer(200, {"schema": json.dumps(schemas[schema_id])})
-                else:
-                    self.answer(404, {"error_code": 40403, "message": "Schema not found"})
-
-            def answer(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
 @pytest.fixture
-def registry() -> Iterator[FakeSchemaRegistry]:
-    with FakeSchemaRegistry({1: USER_V1, 2: USER_V2, 3: INCOMPATIBLE}) as fake:
-        yield fake
+def registry(schema_registry: FakeSchemaRegistry) -> FakeSchemaRegistry:
+    """The fake registry holding USER_V1, USER_V2 and INCOMPATIBLE as ids 1, 2 and 3 (as a producer left them)."""
+    ids = [schema_registry.register("users-value", USER_V1), schema_registry.register("users-value", USER_V2),
+           schema_registry.register("other-value", INCOMPATIBLE)]
+    assert ids == [1, 2, 3]
+    return schema_registry
 
 
 @pytest.fixture
@@ -112,7 +78,7 @@ def test_registry_schemas_are_fetched_once_per_id(registry: FakeSchemaRegistry) 
     second = fmt.decode(payloads)
     assert first.batch.to_pylist()[3] == {"id": 3, "name": "u3"}
     assert second.batch.equals(first.batch)
-    assert len([r for r in registry.requests if "/schemas/ids/1" in r]) == 1
+    assert registry.requests.count("GET /schemas/ids/1") == 1
 
 
 def test_reader_schema_defaults_to_the_first_id_seen(registry: FakeSchemaRegistry) -> None:
@@ -207,10 +173,9 @@ def test_configured_schema_id_missing_from_the_registry_is_a_schema_error(regist
         make_format(FormatSpec("avro-confluent", registry_url=registry.url, schema_id=77))
 
 
-def test_unreachable_registry_raises_instead_of_failing_every_record() -> None:
-    with FakeSchemaRegistry({}) as stopped:
-        url = stopped.url
-    fmt = make_format(FormatSpec("avro-confluent", registry_url=url))
+def test_unreachable_registry_raises_instead_of_failing_every_record(schema_registry: FakeSchemaRegistry) -> None:
+    schema_registry.stop()
+    fmt = make_format(FormatSpec("avro-confluent", registry_url=schema_registry.url))
     with pytest.raises(SchemaError, match="schema id 1"):
         fmt.decode([framed(1, USER_V1, {"id": 1, "name": "x"})])
 
@@ -225,3 +190,80 @@ def test_needs_exactly_one_of_registry_and_schema_dir(schema_dir: Path) -> None:
 def test_schema_dir_must_exist(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="not a directory"):
         make_format(FormatSpec("avro-confluent", schema_dir=tmp_path / "missing"))
+
+
+# -- encode: the schema file registered (or looked up) under its subject ---------------------------------------
+
+NAMESPACED_USER = {"type": "record", "name": "User", "namespace": "epochline.test", "fields": USER_V1["fields"]}
+USERS = pa.RecordBatch.from_pydict({"id": [1, 2], "name": ["ada", "grace"]})
+STRATEGIES = [("topic", "TOPIC", "users-value"), ("record", "RECORD", "epochline.test.User"),
+              ("topic-record", "TOPIC_RECORD", "users-epochline.test.User")]
+
+
+@pytest.fixture
+def user_file(tmp_path: Path) -> Path:
+    path = tmp_path / "user.avsc"
+    path.write_text(json.dumps(NAMESPACED_USER, indent=2))
+    return path
+
+
+def sink_spec(registry: FakeSchemaRegistry, schema: Path, **options: object) -> FormatSpec:
+    return FormatSpec("avro-confluent", schema=schema, registry_url=registry.url, topic="users",
+                      **options)  # type: ignore[arg-type]
+
+
+def confluent_avro_serializer(registry: FakeSchemaRegistry, strategy: str, auto_register: bool) -> AvroSerializer:
+    return AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(NAMESPACED_USER),
+                          conf={"subject.name.strategy.type": strategy, "auto.register.schemas": auto_register})
+
+
+@pytest.mark.parametrize(("strategy", "confluent_strategy", "subject"), STRATEGIES)
+def test_encode_registers_the_schema_file_under_the_subject_confluents_serializer_would_use(
+        schema_registry: FakeSchemaRegistry, user_file: Path, strategy: str, confluent_strategy: str,
+        subject: str) -> None:
+    payloads = make_format(sink_spec(schema_registry, user_file, subject_strategy=strategy)).encode(USERS)
+    assert schema_registry.subjects() == [subject]
+    serializer = confluent_avro_serializer(schema_registry, confluent_strategy, auto_register=False)
+    theirs = serializer({"id": 1, "name": "ada"}, SerializationContext("users", MessageField.VALUE))
+    assert theirs == payloads[0], "Confluent's serializer finds our registration and frames the same bytes"
+
+
+def test_encode_looks_up_the_id_a_producer_registered_when_auto_register_is_off(
+        schema_registry: FakeSchemaRegistry, user_file: Path) -> None:
+    schema_registry.register("users-value", USER_V2)
+    schema_id = schema_registry.register("users-value", NAMESPACED_USER)
+    payloads = make_format(sink_spec(schema_registry, user_file, auto_register=False)).encode(USERS)
+    assert {p[:5] for p in payloads} == {b"\x00" + schema_id.to_bytes(4, "big")}
+    assert schema_registry.versions("users-value") == [1, 2], "a look-up registers nothing"
+
+
+def test_encode_without_auto_register_names_the_subject_the_schema_is_missing_from(
+        schema_registry: FakeSchemaRegistry, user_file: Path) -> None:
+    schema_registry.register("users-value", USER_V2)
+    fmt = make_format(sink_spec(schema_registry, user_file, auto_register=False))
+    with pytest.raises(SchemaNotRegistered, match="not registered under subject 'users-value'.*auto_register is off"):
+        fmt.encode(USERS)
+    assert schema_registry.versions("users-value") == [1]
+
+
+def test_records_we_encode_are_read_by_confluents_avro_deserializer(
+        schema_registry: FakeSchemaRegistry, user_file: Path) -> None:
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": schema_registry.url}))
+    context = SerializationContext("users", MessageField.VALUE)
+    payloads = make_format(sink_spec(schema_registry, user_file)).encode(USERS)
+    assert [deserializer(p, context) for p in payloads] == USERS.to_pylist()
+
+
+def test_a_source_reading_with_the_sink_spec_registers_nothing(
+        schema_registry: FakeSchemaRegistry, user_file: Path) -> None:
+    schema_id = schema_registry.register("users-value", NAMESPACED_USER)
+    payloads = [framed(schema_id, NAMESPACED_USER, row) for row in USERS.to_pylist()]
+    assert make_format(sink_spec(schema_registry, user_file)).decode(payloads).batch.to_pylist() == USERS.to_pylist()
+    assert [r for r in schema_registry.requests if r.startswith("POST")] == []
+
+
+def test_encode_with_a_schema_directory_and_no_schema_id_still_needs_schema_id(
+        schema_dir: Path, user_file: Path) -> None:
+    fmt = make_format(FormatSpec("avro-confluent", schema=user_file, schema_dir=schema_dir, topic="users"))
+    with pytest.raises(SchemaError, match="needs schema_id .* or registry_url and a schema file"):
+        fmt.encode(USERS)
