@@ -1,4 +1,4 @@
-"""Wire formats (JSON, Avro, Confluent Avro, raw) and their mapping to and from Apache Arrow."""
+"""Wire formats (JSON, Avro, Confluent Avro, Protobuf and JSON Schema, raw) and their mapping to and from Arrow."""
 
 from schemas.base import Decoded, DecodeFailure, EncodeError, Format, SchemaError
 from schemas.factory import FormatSpec, make_format
