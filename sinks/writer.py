@@ -124,7 +124,7 @@ class KafkaWriter:
         try:
             produce_all(self.producer, topic, values, keys, headers)
         except KafkaException as exc:  # e.g. fenced, or no transaction open
-            what = f"produce to {topic}"
+            what = f"producing to topic {topic!r}"
             raise classify(exc.args[0], what) or SinkError(f"{what}: {exc.args[0].str()}") from exc
 
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:

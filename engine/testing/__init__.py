@@ -5,6 +5,8 @@ imports this package; the CLI loads its parts only for ``epochline broker`` and 
 
 - ``local_broker``: the embedded single-node KRaft broker from the official Apache Kafka jars (its
   Maven pom is ``kafka/pom.xml``), started on 127.0.0.1 and stopped by its recorded PID;
+- ``cluster``: three such nodes as one replicated cluster, whose nodes tests kill and restart;
+- ``auth``: SASL/SCRAM with enforced ACLs, and principals granted exactly what a connector needs;
 - ``containers``: the same broker in a Docker container through testcontainers (``epochline[testing]``);
 - ``topics``: create topics, write rows, read them back with ``read_committed``;
 - ``pipelines``: run ``epochline run --stop-at-end`` as a user would;
@@ -20,6 +22,8 @@ A test in a few lines::
     table = read_topic(kafka_bootstrap, "orders-clean", FormatSpec(format="json"))
 """
 
+from engine.testing.auth import ClientAuth, ScramKafka, create_principal
+from engine.testing.cluster import LocalCluster
 from engine.testing.containers import KafkaContainer, docker_unavailable_reason
 from engine.testing.driver import DriverRecord, DriverSnapshot, TransformTestDriver
 from engine.testing.errors import ContainerStartFailed, KafkaTestError, ProduceFailed, ReadFailed
@@ -28,15 +32,19 @@ from engine.testing.pipelines import run_pipeline
 from engine.testing.topics import create_unique_topic, produce_rows, produce_transactions, read_topic, read_values
 
 __all__ = [
+    "ClientAuth",
     "ContainerStartFailed",
     "DriverRecord",
     "DriverSnapshot",
     "KafkaContainer",
     "KafkaTestError",
     "LocalBroker",
+    "LocalCluster",
     "ProduceFailed",
     "ReadFailed",
+    "ScramKafka",
     "TransformTestDriver",
+    "create_principal",
     "create_unique_topic",
     "docker_unavailable_reason",
     "free_port",

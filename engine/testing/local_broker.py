@@ -8,6 +8,9 @@ shipped in ``engine/testing/kafka/pom.xml``), caches the jars, and runs the brok
 
 The broker's PID is recorded in its data directory; ``stop`` signals exactly that process after checking
 that the PID still belongs to this broker (a recycled PID is never signalled).
+
+``start(auth="scram")`` runs it with SASL/SCRAM-SHA-512 and enforced ACLs (``engine.testing.auth``); a
+multi-node cluster of these brokers is ``engine.testing.cluster.LocalCluster``.
 """
 
 from __future__ import annotations
@@ -21,12 +24,21 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import orjson
+
+from engine.testing.auth import (
+    CREDENTIALS_FILE,
+    AuthMode,
+    ClientAuth,
+    ScramSecrets,
+    scram_broker_settings,
+    scram_format_args,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +46,7 @@ KAFKA_VERSION = "4.1.1"
 DEFAULT_PORT = 9092
 DEFAULT_DATA_DIR = Path(".epochline/broker")
 MAIN_CLASS = "kafka.Kafka"
+CLUSTER_FILE = "cluster.json"  # marks a LocalCluster's data dir (engine.testing.cluster)
 
 
 class BrokerError(RuntimeError):
@@ -56,12 +69,16 @@ class BrokerStartFailed(BrokerError):
     """The broker process died or did not accept transactions within the timeout."""
 
 
+class LayoutMismatch(BrokerError):
+    """The data dir holds another kind of broker (single node vs cluster, SCRAM vs none) than was asked for."""
+
+
 def cache_dir() -> Path:
     """Where fetched jars live: ``EPOCHLINE_CACHE`` or ``~/.cache/epochline``."""
     return Path(os.environ.get("EPOCHLINE_CACHE", Path.home() / ".cache" / "epochline"))
 
 
-def _require_tool(name: str, purpose: str) -> str:
+def require_tool(name: str, purpose: str) -> str:
     path = shutil.which(name)
     if path is None:
         raise ToolMissing(
@@ -93,7 +110,7 @@ def fetch_kafka_jars() -> Path:
     target = cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs"
     if (target / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
         return target
-    mvn = _require_tool("mvn", "download the Apache Kafka jars from Maven Central")
+    mvn = require_tool("mvn", "download the Apache Kafka jars from Maven Central")
     partial = target.with_name(f"libs.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     pom = resources.files("engine.testing") / "kafka" / "pom.xml"
@@ -143,12 +160,15 @@ class BrokerState:
         return f"127.0.0.1:{self.port}"
 
 
-def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
-    """Single-node combined broker+controller settings; replication 1 so transactions work alone."""
+def server_settings(data_dir: Path, port: int, controller_port: int, *, node_id: int = 1,
+                    voters: str | None = None, replicas: int = 1) -> dict[str, str]:
+    """One combined broker+controller node. Alone (``replicas=1``) it replicates nothing, so transactions work
+    on one node; in a cluster the internal topics and new topics get ``replicas`` copies and need two in sync,
+    so a write survives one node's loss."""
     settings = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -167,7 +187,33 @@ def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
     }
+    if replicas > 1:
+        settings.update(_replicated_settings(replicas))
+    return settings
+
+
+def _replicated_settings(replicas: int) -> dict[str, str]:
+    """With 3 copies a write needs 2 in sync: it survives the loss of one node, and one node down still
+    accepts writes. With 2 copies that would stop all writes while a node is down, so 1 suffices there."""
+    min_isr = "2" if replicas >= 3 else "1"
+    return {
+        "default.replication.factor": str(replicas),
+        "offsets.topic.replication.factor": str(replicas),
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": min_isr,
+        "min.insync.replicas": min_isr,
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": min_isr,
+    }
+
+
+def render_properties(settings: Mapping[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    """Single-node combined broker+controller settings; replication 1 so transactions work alone."""
+    return render_properties(server_settings(data_dir, port, controller_port))
 
 
 _LOG4J2 = """\
@@ -186,8 +232,47 @@ logger.apache.level = WARN
 """
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what ``random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def resolve_scram(home: Path, auth: AuthMode | None, formatted: bool) -> ScramSecrets | None:
+    """The SCRAM secrets a start in ``home`` uses: ``auth=None`` keeps what the data dir was made with, and
+    asking for the other mode on formatted storage is refused (its users and ACLs would silently vanish, or
+    it would have no admin at all)."""
+    path = home / CREDENTIALS_FILE
+    recorded = ScramSecrets.load(path)
+    mode = auth or ("scram" if recorded else "none")
+    if mode == "none":
+        if recorded is not None and formatted:
+            raise LayoutMismatch(f"{home} was formatted with SCRAM authentication; start it with --auth scram "
+                                 "(or without --auth), or use another --data-dir")
+        path.unlink(missing_ok=True)  # left by a start that failed before formatting
+        return None
+    if recorded is not None:
+        return recorded
+    if formatted:
+        raise LayoutMismatch(f"{home} was formatted without authentication; SCRAM needs a new --data-dir")
+    home.mkdir(parents=True, exist_ok=True)
+    created = ScramSecrets.generate()
+    created.save(path)
+    return created
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable by its owner only: broker configs may carry the SCRAM passwords."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
+
+
 class LocalBroker:
-    """One local Kafka broker whose files (config, KRaft logs, PID, broker log) live in ``data_dir``."""
+    """One local Kafka broker whose files (config, KRaft logs, PID, broker log, SCRAM secrets) live in
+    ``data_dir``. Each node of a ``LocalCluster`` is one of these, in its own sub-directory."""
 
     def __init__(self, data_dir: Path | str = DEFAULT_DATA_DIR) -> None:
         self.data_dir = Path(data_dir).resolve()  # one spelling per dir, so the PID check never misses
@@ -201,8 +286,28 @@ class LocalBroker:
         return self.data_dir / "broker.log"
 
     @property
-    def _config_file(self) -> Path:
+    def config_file(self) -> Path:
         return self.data_dir / "server.properties"
+
+    @property
+    def credentials_file(self) -> Path:
+        """The SCRAM admin's and the controllers' passwords (mode 0600); absent without authentication."""
+        return self.data_dir / CREDENTIALS_FILE
+
+    @property
+    def is_formatted(self) -> bool:
+        return (self.data_dir / "kraft" / "meta.properties").exists()
+
+    @property
+    def admin(self) -> ClientAuth | None:
+        """The SCRAM super user of this broker, or None when it runs without authentication."""
+        scram = ScramSecrets.load(self.credentials_file)
+        return scram.admin if scram is not None else None
+
+    def client_settings(self) -> dict[str, str]:
+        """What a client adds to ``bootstrap.servers`` to reach this broker as its admin (empty: PLAINTEXT)."""
+        admin = self.admin
+        return admin.settings if admin is not None else {}
 
     def state(self) -> BrokerState | None:
         """The recorded broker if its process is still alive and still this broker, else None."""
@@ -218,31 +323,61 @@ class LocalBroker:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             return False
-        return MAIN_CLASS.encode() in cmdline and str(self._config_file).encode() in cmdline
+        return MAIN_CLASS.encode() in cmdline and str(self.config_file).encode() in cmdline
 
-    def start(self, port: int = DEFAULT_PORT, timeout: float = 90.0) -> BrokerState:
-        """Start the broker and return once a transactional producer can ``init_transactions`` on it."""
+    def refuse_if_running(self) -> None:
         running = self.state()
         if running is not None:
             raise BrokerAlreadyRunning(
                 f"a broker is already running from {self.data_dir} (pid {running.pid}, {running.bootstrap}); "
                 "use 'epochline broker stop' first"
             )
-        java = _require_tool("java", "run the Kafka broker")
+
+    def start(self, port: int = DEFAULT_PORT, timeout: float = 90.0, *, auth: AuthMode | None = None) -> BrokerState:
+        """Start the broker and return once a transactional producer can ``init_transactions`` on it.
+
+        ``auth="scram"`` starts it with SASL/SCRAM-SHA-512 and enforced ACLs (a new data dir only); ``None``
+        keeps what the data dir was made with, so a restart needs no flag."""
+        self.refuse_if_running()
+        if (self.data_dir / CLUSTER_FILE).exists():
+            raise LayoutMismatch(f"{self.data_dir} holds a local cluster; start it without --nodes 1, "
+                                 "or use another --data-dir")
+        java = require_tool("java", "run the Kafka broker")
         if not port_is_free(port):
             raise PortInUse(
                 f"port {port} on 127.0.0.1 is in use; stop what listens there or pass --port with a free port"
             )
         classpath = kafka_classpath()
         controller_port = self._previous_controller_port() or free_port()
+        scram = resolve_scram(self.data_dir, auth, self.is_formatted)
+        settings = server_settings(self.data_dir, port, controller_port)
+        if scram is not None:
+            settings.update(scram_broker_settings(port, controller_port, scram))
+        self.write_config(settings)
+        self.format_storage(java, classpath, new_cluster_id(), scram_format_args(scram) if scram else ())
+        process = self.launch(java, classpath, port, controller_port)
+        state = BrokerState(pid=process.pid, port=port, controller_port=controller_port)
+        try:
+            wait_until_transactions_work(state.bootstrap, timeout, lambda: process.poll() is None,
+                                         self.client_settings())
+        except BrokerStartFailed as failure:
+            self.stop()
+            raise BrokerStartFailed(f"{failure}\nlast broker output:\n{self.output_tail()}") from None
+        log.info("broker started", extra={"pid": state.pid, "bootstrap": state.bootstrap})
+        return state
+
+    def write_config(self, settings: Mapping[str, str]) -> None:
+        """Write server.properties (owner-only: it may hold passwords) and the log4j2 config next to it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._config_file.write_text(server_properties(self.data_dir, port, controller_port))
-        log4j = self.data_dir / "log4j2.properties"
-        log4j.write_text(_LOG4J2.format(log_file=self.log_file))
-        self._format_storage(java, classpath)
+        write_private(self.config_file, render_properties(settings))
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_file=self.log_file))
+
+    def launch(self, java: str, classpath: str, port: int, controller_port: int) -> subprocess.Popen[bytes]:
+        """Spawn ``kafka.Kafka`` on the written config in its own session and record its PID at once, so
+        ``stop`` finds it even when the caller dies while waiting for readiness."""
         process = subprocess.Popen(
-            [java, "-Xms256m", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath,
-             MAIN_CLASS, str(self._config_file)],
+            [java, "-Xms256m", "-Xmx1g", f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+             "-cp", classpath, MAIN_CLASS, str(self.config_file)],
             stdout=open(self.data_dir / "broker.out", "ab"),  # noqa: SIM115 - the broker process keeps it
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -250,18 +385,12 @@ class LocalBroker:
         )
         state = BrokerState(pid=process.pid, port=port, controller_port=controller_port)
         self._state_file.write_bytes(orjson.dumps(state.__dict__))
-        try:
-            wait_until_transactions_work(state.bootstrap, timeout, lambda: process.poll() is None)
-        except BrokerStartFailed as failure:
-            self.stop()
-            raise BrokerStartFailed(f"{failure}\nlast broker output:\n{self._output_tail()}") from None
-        log.info("broker started", extra={"pid": state.pid, "bootstrap": state.bootstrap})
-        return state
+        return process
 
     def _previous_controller_port(self) -> int | None:
         """A restarted broker keeps its controller port, so its KRaft quorum config stays the same."""
         try:
-            recorded = self._config_file.read_text()
+            recorded = self.config_file.read_text()
         except FileNotFoundError:
             return None
         for line in recorded.splitlines():
@@ -270,20 +399,20 @@ class LocalBroker:
                 return port if port_is_free(port) else None
         return None
 
-    def _format_storage(self, java: str, classpath: str) -> None:
-        """Format KRaft storage once per data dir; a formatted dir keeps its cluster id and topics."""
-        if (self.data_dir / "kraft" / "meta.properties").exists():
+    def format_storage(self, java: str, classpath: str, cluster_id: str, extra_args: Sequence[str] = ()) -> None:
+        """Format KRaft storage once per data dir; a formatted dir keeps its cluster id, topics and users.
+        ``extra_args`` carries ``--add-scram``: the admin user must exist before any client can log in."""
+        if self.is_formatted:
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         done = subprocess.run(
             [java, "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-             "-c", str(self._config_file)],
+             "-c", str(self.config_file), *extra_args],
             capture_output=True, text=True,
         )
         if done.returncode != 0:
             raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed:\n{done.stdout}{done.stderr}")
 
-    def _output_tail(self) -> str:
+    def output_tail(self) -> str:
         lines: list[str] = []
         for path in (self.data_dir / "broker.out", self.log_file):
             if path.exists():
@@ -292,36 +421,47 @@ class LocalBroker:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """SIGTERM the recorded broker, SIGKILL it after ``timeout``; False when none was running."""
+        pid = self.terminate()
+        if pid is None:
+            return False
+        if not wait_for_exit(pid, timeout):
+            log.warning("broker ignored SIGTERM, killing", extra={"pid": pid})
+            os.kill(pid, signal.SIGKILL)
+            wait_for_exit(pid, 10.0)
+        return True
+
+    def terminate(self) -> int | None:
+        """SIGTERM the recorded broker without waiting (a cluster stops all nodes at once); its PID, or None
+        when none was running."""
         state = self.state()
         self._state_file.unlink(missing_ok=True)
         if state is None:
-            return False
+            return None
         os.kill(state.pid, signal.SIGTERM)
-        if not _wait_for_exit(state.pid, timeout):
-            log.warning("broker ignored SIGTERM, killing", extra={"pid": state.pid})
-            os.kill(state.pid, signal.SIGKILL)
-            _wait_for_exit(state.pid, 10.0)
-        return True
+        return state.pid
 
-    def kill(self) -> None:
-        """SIGKILL the broker at once (for crash tests); its data dir stays, so it can start again."""
+    def kill(self) -> bool:
+        """SIGKILL the broker at once (for crash tests); its data dir stays, so it can start again.
+        False when none was running."""
         state = self.state()
         if state is not None:
             os.kill(state.pid, signal.SIGKILL)
-            _wait_for_exit(state.pid, 10.0)
+            wait_for_exit(state.pid, 10.0)
         self._state_file.unlink(missing_ok=True)
+        return state is not None
 
 
-def _wait_for_exit(pid: int, timeout: float) -> bool:
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    """True once ``pid`` has exited, False when it still runs after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _has_exited(pid):
+        if has_exited(pid):
             return True
         time.sleep(0.1)
     return False
 
 
-def _has_exited(pid: int) -> bool:
+def has_exited(pid: int) -> bool:
     """Reap ``pid`` when it is our child; otherwise judge by /proc (gone or a zombie)."""
     try:
         finished, _ = os.waitpid(pid, os.WNOHANG)
@@ -337,9 +477,11 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-def wait_until_transactions_work(bootstrap: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
+def wait_until_transactions_work(bootstrap: str, timeout: float, alive: Callable[[], bool] = lambda: True,
+                                 client_settings: Mapping[str, str] | None = None) -> None:
     """Block until ``init_transactions`` succeeds: the broker, its controller and the transaction
-    coordinator are all up. A plain metadata request would answer before transactions can be used."""
+    coordinator are all up. A plain metadata request would answer before transactions can be used.
+    ``client_settings`` are the SASL settings of an authenticated broker's admin."""
     from confluent_kafka import KafkaException, Producer
 
     deadline = time.monotonic() + timeout
@@ -351,6 +493,7 @@ def wait_until_transactions_work(bootstrap: str, timeout: float, alive: Callable
             "bootstrap.servers": bootstrap,
             "transactional.id": f"epochline-readiness-{uuid.uuid4().hex}",
             "log_level": 0,
+            **(client_settings or {}),
         })
         try:
             producer.init_transactions(min(10.0, max(1.0, deadline - time.monotonic())))

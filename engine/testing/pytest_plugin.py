@@ -18,6 +18,18 @@ removed at the end of the session.
 
 Tests share the broker, so each one creates topics with unique names (``unique_topic``, or
 ``engine.testing.create_unique_topic``).
+
+Two more session fixtures cost extra JVMs, so they are opt-in: a test that uses one must carry its marker
+(else it errors), and the project deselects those markers by default like ``slow`` and ``container``:
+
+- ``kafka_cluster`` (``@pytest.mark.cluster``): a local 3-node KRaft cluster (``engine.testing.cluster``,
+  replication 3, ``min.insync.replicas=2``) with ``.bootstrap``, ``.kill(node)``, ``.start(node)``,
+  ``.leader_of(topic, partition)`` and ``.transaction_coordinator_of(transactional_id)``. Before each test
+  that uses it, nodes an earlier test killed are restarted, so every test begins with all nodes running;
+- ``kafka_scram`` (``@pytest.mark.auth``): a single broker with SASL/SCRAM-SHA-512 and enforced ACLs
+  (``engine.testing.auth.ScramKafka``: ``.bootstrap``, ``.admin``, ``.create_principal(...)``).
+
+Every process they start is stopped by its recorded PID at the end of the session.
 """
 
 from __future__ import annotations
@@ -30,14 +42,20 @@ from typing import TYPE_CHECKING, Literal
 
 import pytest
 
+from engine.testing.auth import ScramKafka
 from engine.testing.local_broker import LocalBroker, free_port
 
 if TYPE_CHECKING:
+    from engine.testing.cluster import LocalCluster
     from engine.testing.containers import KafkaContainer
 
 Backend = Literal["embedded", "container"]
 BACKEND_ENV = "EPOCHLINE_KAFKA_BACKEND"
 CONTAINER_MARK = "container"
+CLUSTER_MARK = "cluster"
+AUTH_MARK = "auth"
+OPT_IN_FIXTURES = {"kafka_cluster": CLUSTER_MARK, "kafka_scram": AUTH_MARK}
+"""Fixture -> the marker a test using it must carry: the markers are what deselects these JVMs by default."""
 
 
 @dataclass
@@ -75,6 +93,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{CONTAINER_MARK}: the test runs against a Kafka container (testcontainers)")
+    config.addinivalue_line("markers", f"{CLUSTER_MARK}: the test uses kafka_cluster, a local 3-node Kafka cluster")
+    config.addinivalue_line("markers", f"{AUTH_MARK}: the test uses kafka_scram, a local SASL/SCRAM broker with ACLs")
     config.stash[_REPORT] = _SessionReport()
 
 
@@ -94,6 +114,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    _require_opt_in_marks(item)
     if item.get_closest_marker(CONTAINER_MARK) is None:
         return
     report = item.config.stash[_REPORT]
@@ -101,6 +122,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if reason is not None:
         report.skipped_container_tests += 1
         pytest.skip(f"marked '{CONTAINER_MARK}' but {reason}")
+
+
+def _require_opt_in_marks(item: pytest.Item) -> None:
+    """A test using a costly fixture without its marker would start JVMs in a default run: refuse it."""
+    used = getattr(item, "fixturenames", ())
+    for fixture, mark in OPT_IN_FIXTURES.items():
+        if fixture in used and item.get_closest_marker(mark) is None:
+            pytest.fail(f"{item.nodeid} uses {fixture} but is not marked @pytest.mark.{mark}; mark it, so that "
+                        f"default runs (-m 'not {mark}') skip the JVMs it starts", pytrace=False)
 
 
 class _SessionBrokers:
@@ -114,6 +144,10 @@ class _SessionBrokers:
         self._embedded_bootstrap: str | None = None
         self._container: KafkaContainer | None = None
         self._container_failure: Exception | None = None
+        self._cluster: LocalCluster | None = None
+        self._scram_broker: LocalBroker | None = None
+        self._scram: ScramKafka | None = None
+        self._failures: dict[str, Exception] = {}  # a failed start is not retried by every later test
 
     def session_default(self) -> str:
         configured = os.environ.get("KAFKA_BOOTSTRAP")
@@ -155,11 +189,50 @@ class _SessionBrokers:
         assert self._container.bootstrap is not None
         return self._container.bootstrap
 
+    def cluster(self) -> LocalCluster:
+        """The session's 3-node cluster, started on first use; recorded before it starts, so ``close``
+        stops whatever part of it came up."""
+        from engine.testing.cluster import LocalCluster
+
+        if CLUSTER_MARK in self._failures:
+            raise self._failures[CLUSTER_MARK]
+        if self._cluster is None:
+            cluster = LocalCluster(self._tmp_path_factory.mktemp("kafka-cluster"))
+            self._cluster = cluster
+            try:
+                cluster.start(nodes=3)
+            except Exception as failure:
+                self._failures[CLUSTER_MARK] = failure
+                raise
+            self._report.served["local 3-node cluster"] = cluster.bootstrap
+        return self._cluster
+
+    def scram(self) -> ScramKafka:
+        """The session's SASL/SCRAM broker, started on first use."""
+        if AUTH_MARK in self._failures:
+            raise self._failures[AUTH_MARK]
+        if self._scram is None:
+            broker = LocalBroker(self._tmp_path_factory.mktemp("kafka-scram"))
+            self._scram_broker = broker
+            try:
+                state = broker.start(port=free_port(), auth="scram")
+            except Exception as failure:
+                self._failures[AUTH_MARK] = failure
+                raise
+            assert broker.admin is not None, "a SCRAM broker records its admin"
+            self._scram = ScramKafka(bootstrap=state.bootstrap, admin=broker.admin, data_dir=broker.data_dir)
+            self._report.served["local SASL/SCRAM broker"] = state.bootstrap
+        return self._scram
+
     def close(self) -> None:
         if self._container is not None:
             self._container.stop()
         if self._embedded is not None:
             self._embedded.stop()
+        if self._cluster is not None:
+            self._cluster.stop()
+        if self._scram_broker is not None:
+            self._scram_broker.stop()
 
 
 @pytest.fixture(scope="session")
@@ -178,6 +251,26 @@ def kafka_bootstrap(request: pytest.FixtureRequest, _epochline_brokers: _Session
     if getattr(request, "param", None) == "container":
         return _epochline_brokers.container()
     return _epochline_brokers.session_default()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(_epochline_brokers: _SessionBrokers) -> LocalCluster:
+    """A local 3-node KRaft cluster shared by the session (tests using it must be marked ``cluster``)."""
+    return _epochline_brokers.cluster()
+
+
+@pytest.fixture(autouse=True)
+def _epochline_cluster_whole(request: pytest.FixtureRequest) -> None:
+    """Restart the nodes an earlier test killed, before a test that uses ``kafka_cluster`` runs."""
+    if "kafka_cluster" in request.fixturenames:
+        cluster: LocalCluster = request.getfixturevalue("kafka_cluster")
+        cluster.start_stopped()
+
+
+@pytest.fixture(scope="session")
+def kafka_scram(_epochline_brokers: _SessionBrokers) -> ScramKafka:
+    """A local SASL/SCRAM-SHA-512 broker with enforced ACLs (tests using it must be marked ``auth``)."""
+    return _epochline_brokers.scram()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import create_topic, partitions_of, watermark_offsets
+from connectors.admin import ClientConfig, create_topic, partitions_of, watermark_offsets
 from engine.testing.errors import ProduceFailed, ReadFailed
 from schemas import FormatSpec, make_format
 from sinks.produce import ANY_PARTITION, produce_waiting
@@ -34,7 +34,8 @@ def create_unique_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str
 
 
 def produce_rows(bootstrap: str, topic: str, rows: list[dict[str, Any]] | pa.Table, format_spec: FormatSpec,
-                 transactional: bool = False, abort: bool = False, timeout: float = 30.0) -> int:
+                 transactional: bool = False, abort: bool = False, timeout: float = 30.0,
+                 client_config: ClientConfig | None = None) -> int:
     """Encode ``rows`` with the format and write them to ``topic``; returns how many records were written.
 
     ``transactional`` writes them in one Kafka transaction, committed, or aborted when ``abort`` is set
@@ -47,18 +48,20 @@ def produce_rows(bootstrap: str, topic: str, rows: list[dict[str, Any]] | pa.Tab
     wire_format = make_format(format_spec)
     payloads = [payload for batch in table.to_batches() for payload in wire_format.encode(batch)]
     if transactional:
-        return produce_transactions(bootstrap, topic, [(payloads, not abort)], timeout=timeout)
-    writer = _CheckedWriter(bootstrap, topic, transactional=False)
+        return produce_transactions(bootstrap, topic, [(payloads, not abort)], timeout=timeout,
+                                    client_config=client_config)
+    writer = _CheckedWriter(bootstrap, topic, transactional=False, client_config=client_config)
     writer.produce(payloads)
     return writer.finish(timeout)
 
 
 def produce_transactions(bootstrap: str, topic: str, transactions: Sequence[tuple[Sequence[bytes | None], bool]],
-                         partitions: int | None = None, timeout: float = 30.0) -> int:
+                         partitions: int | None = None, timeout: float = 30.0,
+                         client_config: ClientConfig | None = None) -> int:
     """Write each ``(values, commit)`` in a transaction of its own, committed or aborted (aborted records
     occupy offsets that ``read_committed`` readers skip). With ``partitions``, value i of a transaction goes
     to partition ``i % partitions``; else the partitioner picks. Returns how many records were written."""
-    writer = _CheckedWriter(bootstrap, topic, transactional=True)
+    writer = _CheckedWriter(bootstrap, topic, transactional=True, client_config=client_config)
     writer.producer.init_transactions(timeout)
     for values, commit in transactions:
         writer.producer.begin_transaction()
@@ -71,10 +74,11 @@ def produce_transactions(bootstrap: str, topic: str, transactions: Sequence[tupl
 class _CheckedWriter:
     """A producer that remembers every failed delivery, so ``finish`` can refuse to report success."""
 
-    def __init__(self, bootstrap: str, topic: str, *, transactional: bool) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, transactional: bool,
+                 client_config: ClientConfig | None = None) -> None:
         self.bootstrap, self.topic = bootstrap, topic
-        config: dict[str, str | int | bool] = {"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                                               "linger.ms": 5, "log_level": 0}
+        config: dict[str, str | int | bool] = {**(client_config or {}), "bootstrap.servers": bootstrap,
+                                               "enable.idempotence": True, "linger.ms": 5, "log_level": 0}
         if transactional:
             config["transactional.id"] = f"epochline-testing-{uuid.uuid4().hex}"
         self.producer = Producer(config)
@@ -103,25 +107,27 @@ class _CheckedWriter:
 
 
 def read_topic(bootstrap: str, topic: str, format_spec: FormatSpec, isolation: Isolation = "read_committed",
-               timeout: float = 30.0) -> pa.Table:
+               timeout: float = 30.0, client_config: ClientConfig | None = None) -> pa.Table:
     """Read every partition of ``topic`` from the beginning up to its end offsets at the time of the call
     and decode the records, in partition then offset order.
 
     With ``read_committed`` the end is the last stable offset: records of aborted transactions are
     filtered by the broker and records of open ones are not waited for. A record the format cannot decode
-    is an error naming its partition and offset.
+    is an error naming its partition and offset. ``client_config``: security settings (an authenticated broker).
     """
-    return _decode(_read_records(bootstrap, topic, isolation, timeout), topic, format_spec)
+    return _decode(_read_records(bootstrap, topic, isolation, timeout, client_config), topic, format_spec)
 
 
 def read_values(bootstrap: str, topic: str, isolation: Isolation = "read_committed",
-                timeout: float = 60.0) -> list[bytes | None]:
+                timeout: float = 60.0, client_config: ClientConfig | None = None) -> list[bytes | None]:
     """The raw values ``read_topic`` would decode, in partition then offset order."""
-    return [record.value for record in _read_records(bootstrap, topic, isolation, timeout)]
+    return [record.value for record in _read_records(bootstrap, topic, isolation, timeout, client_config)]
 
 
-def _read_records(bootstrap: str, topic: str, isolation: Isolation, timeout: float) -> list[_Record]:
+def _read_records(bootstrap: str, topic: str, isolation: Isolation, timeout: float,
+                  client_config: ClientConfig | None) -> list[_Record]:
     consumer = Consumer({
+        **(client_config or {}),
         "bootstrap.servers": bootstrap,
         "group.id": f"epochline-testing-{uuid.uuid4().hex}",
         "isolation.level": isolation,
@@ -131,16 +137,17 @@ def _read_records(bootstrap: str, topic: str, isolation: Isolation, timeout: flo
         "log_level": 0,
     })
     try:
-        ends = _end_offsets(consumer, bootstrap, topic, timeout)
+        ends = _end_offsets(consumer, bootstrap, topic, timeout, client_config)
         return _consume_until_ends(consumer, topic, ends, timeout)
     finally:
         consumer.close()
 
 
-def _end_offsets(consumer: Consumer, bootstrap: str, topic: str, timeout: float) -> dict[int, int]:
+def _end_offsets(consumer: Consumer, bootstrap: str, topic: str, timeout: float,
+                 client_config: ClientConfig | None) -> dict[int, int]:
     """Per partition with records, where a reader with this consumer's isolation level stops (the last
     stable offset for read_committed, else the high watermark); empty partitions are left out."""
-    offsets = watermark_offsets(consumer, topic, partitions_of(bootstrap, topic, timeout), timeout)
+    offsets = watermark_offsets(consumer, topic, partitions_of(bootstrap, topic, timeout, client_config), timeout)
     return {partition: high for partition, (low, high) in offsets.items() if high > low}
 
 

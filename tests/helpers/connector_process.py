@@ -86,7 +86,8 @@ def start_connector(config_path: Path, bootstrap: str, *, stop_at_end: bool = Fa
 
 def produce_values(bootstrap: str, topic: str, rows: list[bytes], partitions: int, seconds: float = 0.0) -> None:
     """Write ``rows`` round-robin over the partitions, spread evenly over ``seconds`` (a live stream)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+                         "enable.idempotence": True})  # a broker bounce must not duplicate the input
     started = time.monotonic()
     for index, value in enumerate(rows):
         produce_waiting(producer, topic, value, partition=index % partitions, wait_s=0.1)
