@@ -51,6 +51,11 @@ def test_an_unreachable_broker_fails_within_the_connect_timeout_naming_the_addre
     [line] = [line for line in done.stderr.splitlines() if line.startswith("epochline:")]
     assert f"cannot reach Kafka at {address} within 3s: connection refused" in line
     assert raw_librdkafka_lines(done.stderr) == []
+    events = [orjson.loads(text) for text in done.stderr.splitlines() if text.startswith("{")]
+    client_lines = [event for event in events if event["logger"] == "librdkafka"]
+    assert client_lines, "librdkafka's lines should reach the structured log"
+    assert all(event["connector"] == "nowhere" for event in client_lines)
+    assert len(client_lines) <= 3, "a refused connection repeated within 10 s is held back"
 
 
 def test_sigterm_while_waiting_for_kafka_exits_within_seconds(tmp_path: Path) -> None:
