@@ -51,7 +51,7 @@ class TransactionalKafkaSink(KafkaWriter):
 
     def begin_epoch(self) -> None:
         if not self._in_transaction:
-            with_retries(self.producer.begin_transaction, "begin_transaction")
+            with_retries(self.producer.begin_transaction, "begin_transaction", interrupted=self.interrupted)
             self._in_transaction = True
 
     def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
@@ -63,11 +63,13 @@ class TransactionalKafkaSink(KafkaWriter):
                 marked = tagged(offsets, metadata)
                 with_retries(lambda: within_deadline(
                     lambda: self.producer.send_offsets_to_transaction(marked, group_metadata, 30),
-                    "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({metadata})")
+                    "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({metadata})",
+                    interrupted=self.interrupted)
             if self._before_commit is not None:
                 self._before_commit()
             with_retries(lambda: within_deadline(lambda: self.producer.commit_transaction(60),
-                                                 "commit_transaction", 120), f"commit_transaction({metadata})")
+                                                 "commit_transaction", 120), f"commit_transaction({metadata})",
+                         interrupted=self.interrupted)
         except ProducerWedged:
             self._wedged = True
             raise
@@ -75,7 +77,10 @@ class TransactionalKafkaSink(KafkaWriter):
 
     def abort_epoch(self) -> None:
         if self._in_transaction:
-            with_retries(lambda: self.producer.abort_transaction(60), "abort_transaction")
+            # Short calls, retried (librdkafka resumes an abort after a timeout), and given up when a stop is
+            # requested: the next instance's init_transactions aborts whatever is left open.
+            with_retries(lambda: self.producer.abort_transaction(5), "abort_transaction",
+                         interrupted=self.interrupted)
             self._in_transaction = False
         self._failed.clear()
 

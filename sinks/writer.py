@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -15,6 +16,8 @@ from connectors.metadata import is_metadata_column
 from schemas import Format
 from sinks.errors import NOT_AUTHORIZED_CODES, EpochAborted, SinkError, classify, not_authorized
 from sinks.produce import Headers, produce_all
+
+FLUSH_SLICE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -142,8 +145,14 @@ class KafkaWriter:
         return len(letters)
 
     def flush(self, timeout: float) -> None:
-        """Wait until every record is acknowledged; a failed delivery raises before offsets move."""
-        remaining = self.producer.flush(timeout)
+        """Wait until every record is acknowledged; a failed delivery raises before offsets move.
+
+        Waits in half-second slices, so a signal's handler runs while records are in flight (a second stop
+        signal stops at once even when the broker is gone)."""
+        deadline = time.monotonic() + timeout
+        remaining = self.producer.flush(min(FLUSH_SLICE_S, timeout))
+        while remaining and time.monotonic() < deadline:
+            remaining = self.producer.flush(min(FLUSH_SLICE_S, max(0.0, deadline - time.monotonic())))
         if self._not_authorized is not None:
             raise self._not_authorized
         if remaining:

@@ -115,7 +115,9 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
                                                  "checkpoints": coordinator.checkpoints_committed})
             return
         except (StoppedBeforeStart, CallInterrupted) as stopped:
-            log.info("connector stopped while starting", extra={"connector": config.name, "reason": str(stopped)})
+            log.info("connector stopped by a signal before it could finish a call to Kafka; the next start "
+                     "resumes from the last committed checkpoint", extra={"connector": config.name,
+                                                                         "reason": str(stopped)})
             return
         except PERMANENT_FAILURES as permanent:
             raise ConnectorFailed(f"{config.name}: {permanent}") from permanent

@@ -18,6 +18,7 @@ from connectors.source import (
     SourceError,
     SourceSettings,
     SourceUnavailable,
+    TopicMissing,
 )
 from engine.testing import produce_transactions
 from engine.testing.local_broker import free_port
@@ -266,9 +267,10 @@ def test_unreachable_broker_raises_source_unavailable_naming_it_within_the_timeo
     assert time.monotonic() - started < 10
 
 
-def test_missing_topic_raises_source_unavailable_naming_it(kafka_bootstrap: str, unique_topic: str) -> None:
+def test_a_missing_topic_is_a_permanent_error_naming_it(kafka_bootstrap: str, unique_topic: str) -> None:
+    """Permanent, not ``SourceUnavailable``: restarting would fail the same way (no restart loop)."""
     with (KafkaSource(raw_settings(unique_topic), kafka_bootstrap, "g", timeout=5.0) as source,
-          pytest.raises(SourceUnavailable, match=f"topic '{unique_topic}' is not available")):
+          pytest.raises(TopicMissing, match=f"topic '{unique_topic}' .*the topic does not exist")):
         source.open()
 
 

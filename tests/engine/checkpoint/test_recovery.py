@@ -3,6 +3,7 @@ and an unreachable broker."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -141,3 +142,36 @@ def test_transform_errors_can_be_dead_lettered_instead(kafka_bootstrap: str, uni
     dead = json_field_counts(read_values(kafka_bootstrap, f"{sink}-dlq"), "id")
     assert POISON_ID in dead and POISON_ID not in written
     assert written + dead == Counter(range(RECORDS))
+
+
+def test_sigterm_while_the_broker_is_gone_stops_within_the_commit_in_flight_and_a_later_run_is_exact(
+        tmp_path: Path, unique_topic: str) -> None:
+    broker = LocalBroker(tmp_path / "broker")
+    port = free_port()
+    bootstrap = broker.start(port=port).bootstrap
+    try:
+        source, sink = prepare_topics(bootstrap, unique_topic)
+        config = write_config(tmp_path, {  # the commit in flight is bounded by the transaction timeout: 10 s
+            "name": f"sigterm-{unique_topic}",
+            "source": {"topic": source, "format": "json", "max_batch_records": 200},
+            "transform": [{"python": "tests.helpers.transforms:slow"}, {"sql": "SELECT id, amount FROM input"}],
+            "sink": {"topic": sink, "format": "json", "transaction_timeout": "10s"},
+            "dead_letter": {"topic": f"{sink}-dlq"},
+            "checkpoint": {"interval": "500ms", "timeout": "2s", "dir": str(tmp_path / "state")},
+        })
+        connector = start_connector(config, bootstrap, log_name="interrupted")
+        time.sleep(5)
+        assert connector.process.poll() is None, connector.log_tail()
+        broker.stop()
+        time.sleep(2)
+        connector.process.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert connector.wait(60) == 0, connector.log_tail()
+        assert time.monotonic() - stopped < 10 + 10, connector.log_tail()
+
+        broker.start(port=port)
+        final = start_connector(config, bootstrap, stop_at_end=True, log_name="final")
+        assert final.wait(180) == 0, final.log_tail()
+        assert json_field_counts(read_values(bootstrap, sink), "id") == Counter(range(RECORDS))
+    finally:
+        broker.stop()
