@@ -41,6 +41,7 @@ from typing import Any, cast
 
 import fastavro
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from schemas.base import SchemaError
 
@@ -121,16 +122,30 @@ def physical_avro_schema(schema: AvroSchema) -> AvroSchema:
     return stripped
 
 
-class DecimalOverflow(ValueError):
-    """An Avro decimal's unscaled integer does not fit the Arrow decimal of the schema's precision."""
+class ValueOutOfRange(ValueError):
+    """A value Avro decoded that its field's Arrow type cannot hold (the record is invalid for its schema)."""
+
+
+class DecimalOverflow(ValueOutOfRange):
+    """An Avro decimal's unscaled integer has more digits than the schema's precision allows."""
+
+
+_TIME_TICKS_A_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
 
 
 def to_logical(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
-    """Leaf conversion of a physically-read column to its Arrow type (use with ``map_leaves``)."""
+    """Leaf conversion of a physically-read column to its Arrow type (use with ``map_leaves``).
+
+    Raises ``ValueOutOfRange`` for a value the type cannot hold: a decimal beyond its precision, a time of
+    day outside [0, 24h) (Arrow would build the array, and it would fail validation)."""
     if array.type == target:
         return array
     if pa.types.is_decimal(target):
         return decimal_from_avro_bytes(array, target)
+    if pa.types.is_time(target) and array.null_count < len(array):
+        low, high = pc.min_max(array).values()
+        if low.as_py() < 0 or high.as_py() >= _TIME_TICKS_A_DAY[target.unit]:
+            raise ValueOutOfRange(f"a time of day outside [0, 24h) is not a valid {target}")
     return array.cast(target)
 
 
@@ -144,16 +159,16 @@ def to_physical(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
 
 
 def decimal_from_avro_bytes(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:
-    """Avro decimal bytes (big-endian two's-complement unscaled integers) as an Arrow decimal column."""
+    """Avro decimal bytes (big-endian two's-complement unscaled integers) as an Arrow decimal column.
+
+    Raises ``DecimalOverflow`` for an unscaled integer of more than ``precision`` digits, even one that fits
+    the storage's 16 or 32 bytes (Arrow would hold it, as a value that fails validation)."""
     width = target.byte_width
-    zero = bytes(width)
-    try:
-        data = b"".join(
-            zero if raw is None else int.from_bytes(raw, "big", signed=True).to_bytes(width, "little", signed=True)
-            for raw in array.to_pylist()
-        )
-    except OverflowError as exc:
-        raise DecimalOverflow(f"a decimal value has more digits than {target} holds") from exc
+    unscaled = [0 if raw is None else int.from_bytes(raw, "big", signed=True) for raw in array.to_pylist()]
+    limit = 10 ** cast(pa.Decimal128Type, target).precision  # or a Decimal256Type: both have one
+    if unscaled and (max(unscaled) >= limit or min(unscaled) <= -limit):
+        raise DecimalOverflow(f"a decimal value has more digits than {target} holds")
+    data = b"".join(value.to_bytes(width, "little", signed=True) for value in unscaled)  # nulls: zero bytes
     validity = array.is_valid().buffers()[1] if array.null_count else None
     return pa.Array.from_buffers(target, len(array), [validity, pa.py_buffer(data)], null_count=array.null_count)
 

@@ -6,7 +6,14 @@ dates and times stay integers and decimals stay bytes, so fastavro creates no da
 objects (3x faster than decoding with logical types, measured). Arrow then builds the whole batch from the
 dicts in one C++ call and converts the physical columns to their logical types column-wise (see
 ``schemas.avro_arrow``). Encoding mirrors it: convert to the physical types column-wise, ``to_pylist``
-once, then fastavro per record. Every payload must be consumed exactly: leftover bytes are a failure.
+once, then fastavro per record. Every payload must be consumed exactly: leftover bytes are a failure, and
+so is a record that needs more bytes than the payload has.
+
+A record fastavro reads but Arrow cannot hold (an ``int`` beyond 32 bits, which fastavro reads as an
+unbounded varint, a decimal beyond its precision, a time of day past 24h) fails alone, naming its field.
+fastavro's C reader wraps a varint longer than 64 bits around; ``varint_suspects`` finds the few payloads
+that may hold one with a scan of all payloads in C, and only those are read by fastavro's pure-Python
+reader (half as fast), whose varints are exact (so too large for their field).
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ from typing import Any, Literal, cast
 
 import fastavro
 import pyarrow as pa
+from fastavro._read_py import schemaless_reader as exact_schemaless_reader
 
-from schemas.arrow_batches import conform_batch, contains_map, map_batch_leaves
+from schemas.arrow_batches import conform_batch, contains_map, map_batch_leaves, map_leaves
 from schemas.avro_arrow import (
     AvroSchema,
-    DecimalOverflow,
+    ValueOutOfRange,
     avro_to_arrow_schema,
     load_avro_schema,
     physical_avro_schema,
@@ -32,6 +40,17 @@ from schemas.avro_arrow import (
 from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, EncodeError
 
 ParsedSchema = Any  # fastavro's parsed schema (a dict it annotates)
+
+_UNFIT = (ValueOutOfRange, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
+"""What building the Arrow batch raises for a decoded value its field's type cannot hold."""
+_PAD = b"\0"
+"""Read after each payload: fastavro does not notice a short read when it skips a field the reader schema
+drops, but a length past the payload's end then reads this byte, and the record is seen to run past it."""
+_HIGH_BITS = bytes([0, 0] + [2] * 126 + [255] * 128)
+"""``translate`` table: bytes with the high bit set to 0xff, 0x00 and 0x01 to 0x00, the others to 0x02."""
+_PAST_64_BITS = (b"\xff" * 10, b"\xff" * 9 + b"\x02")
+"""In translated bytes, what a varint longer than 64 bits looks like: ten bytes with the high bit, or nine
+and then a last byte above 1 (a valid ten-byte varint ends with 0x00 or 0x01)."""
 
 
 class AvroCodec:
@@ -55,24 +74,32 @@ class AvroCodec:
     def from_file(cls, path: Path) -> AvroCodec:
         return cls(load_avro_schema(path), source=str(path))
 
-    def read_body(self, buffer: io.BytesIO, size: int, writer: ParsedSchema | None = None) -> dict[str, Any]:
-        """Read one record from ``buffer`` (positioned at the body) that must end exactly at ``size``.
+    def read_body(self, payload: bytes, start: int = 0, writer: ParsedSchema | None = None, *,
+                  exact: bool = False) -> dict[str, Any]:
+        """Read the one record in ``payload`` from ``start``: it must end exactly at the payload's end.
 
         ``writer`` is the writer's parsed physical schema when it differs from this (reader) schema; fastavro
-        then applies Avro schema resolution. Raises on truncated or invalid bytes (see ``body_failure``).
+        then applies Avro schema resolution. ``exact`` reads with fastavro's pure-Python reader (see
+        ``varint_suspects``). Raises on truncated or invalid bytes (see ``body_failure``).
         """
+        buffer = io.BytesIO(payload + _PAD)
+        buffer.seek(start)
+        read = exact_schemaless_reader if exact else fastavro.schemaless_reader
         if writer is None:
-            record = fastavro.schemaless_reader(buffer, self.parsed, None)
+            record = read(buffer, self.parsed, None)
         else:
-            record = fastavro.schemaless_reader(buffer, writer, self.parsed)
-        if buffer.tell() != size:
-            raise _TrailingBytes(size - buffer.tell())
+            record = read(buffer, writer, self.parsed)
+        end = buffer.tell()
+        if end > len(payload):
+            raise EOFError("a length runs past the end of the payload")
+        if end != len(payload):
+            raise _TrailingBytes(len(payload) - end)
         return cast(dict[str, Any], record)  # the top-level type is a record (checked in avro_to_arrow_schema)
 
     def records_to_batch(self, records: list[dict[str, Any]]) -> pa.RecordBatch:
         """Build the Arrow batch column-wise in C++, then convert physical columns to their logical types.
 
-        Raises ``DecimalOverflow`` if a record holds a decimal too wide for its schema (see ``decoded``).
+        Raises one of ``_UNFIT`` if a record holds a value its field's type cannot hold (see ``decoded``).
         """
         records_array = cast(pa.StructArray, pa.array(records, type=self._struct_type))  # a struct type gives one
         physical = pa.RecordBatch.from_struct_array(records_array)
@@ -83,19 +110,33 @@ class AvroCodec:
         """The Decoded result; records whose values do not fit Arrow are isolated into failures."""
         try:
             return Decoded(self.records_to_batch(records), indices, failures)
-        except DecimalOverflow:
+        except _UNFIT:
             kept_records, kept_indices = [], []
             for record, index in zip(records, indices):
                 try:
                     self.records_to_batch([record])
-                except DecimalOverflow as exc:
+                except _UNFIT as exc:
                     failures.append(DecodeFailure(index, f"Avro payload is invalid for the schema from "
-                                                         f"{self.source}: {exc}"))
+                                                         f"{self.source}: {self._unfit_field(record, exc)}"))
                     continue
                 kept_records.append(record)
                 kept_indices.append(index)
             failures.sort(key=lambda failure: failure.index)
             return Decoded(self.records_to_batch(kept_records), kept_indices, failures)
+
+    def _unfit_field(self, record: dict[str, Any], exc: Exception) -> str:
+        """Which top-level field of ``record`` its type cannot hold, and why (``exc``, if none alone)."""
+        for physical, logical in zip(self.physical_schema, self.arrow_schema):
+            value = record.get(physical.name)
+            if isinstance(value, int) and not isinstance(value, bool) and pa.types.is_integer(physical.type):
+                bits = physical.type.bit_width
+                if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+                    return f"field '{physical.name}': {value} does not fit in {bits} bits (Avro {_AVRO_INTS[bits]})"
+            try:
+                map_leaves(pa.array([value], type=physical.type), logical.type, to_logical)
+            except _UNFIT as field_exc:
+                return f"field '{physical.name}': {field_exc}"
+        return f"{type(exc).__name__}: {exc}"
 
     def encode_bodies(self, batch: pa.RecordBatch, prefix: bytes = b"") -> list[bytes]:
         conformed = conform_batch(batch, self.arrow_schema, fmt="avro")
@@ -114,6 +155,23 @@ class AvroCodec:
                                   f"{exc}") from exc
             out.append(buffer.getvalue())
         return out
+
+
+_AVRO_INTS = {32: "int", 64: "long"}
+
+
+def varint_suspects(payloads: Sequence[bytes | None]) -> set[int]:
+    """Positions of the payloads that may hold a varint longer than 64 bits (see ``_PAST_64_BITS``).
+
+    One translate and one search over all payloads joined (by a zero byte, so no run crosses two), then
+    more only if that found nine bytes in a row with the high bit. Payloads with long runs of such bytes
+    (text in a non-Latin script, binary values) can be suspects too: they are only read more slowly."""
+    present = cast(Sequence[bytes], payloads) if None not in payloads else [p for p in payloads if p is not None]
+    high = b"\0".join(present).translate(_HIGH_BITS)
+    if _PAST_64_BITS[1][:-1] not in high or not any(run in high for run in _PAST_64_BITS):
+        return set()
+    return {index for index, payload in enumerate(payloads)
+            if payload and any(run in payload.translate(_HIGH_BITS) for run in _PAST_64_BITS)}
 
 
 class _TrailingBytes(Exception):
@@ -149,12 +207,13 @@ class AvroFormat:
         records: list[dict[str, Any]] = []
         indices: list[int] = []
         failures: list[DecodeFailure] = []
+        suspects = varint_suspects(payloads)
         for index, payload in enumerate(payloads):
             if payload is None:
                 failures.append(DecodeFailure(index, NULL_PAYLOAD_REASON))
                 continue
             try:
-                records.append(codec.read_body(io.BytesIO(payload), len(payload)))
+                records.append(codec.read_body(payload, exact=index in suspects))
             except Exception as exc:  # noqa: BLE001 - any fastavro error means this one payload is bad
                 failures.append(DecodeFailure(index, body_failure(exc, len(payload), codec.source)))
                 continue

@@ -20,7 +20,6 @@ and must not send every record to the dead-letter topic.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ import pyarrow as pa
 
 from schemas.arrow_batches import empty_batch
 from schemas.avro_arrow import AvroSchema, load_avro_schema, parse_avro_schema, physical_avro_schema
-from schemas.avro_format import AvroCodec, ParsedSchema, body_failure
+from schemas.avro_format import AvroCodec, ParsedSchema, body_failure, varint_suspects
 from schemas.base import Decoded, DecodeFailure, SchemaError
 from schemas.registry import (
     HEADER_SIZE,
@@ -149,8 +148,10 @@ class ConfluentAvroFormat:
         records: list[dict[str, Any]] = []
         indices: list[int] = []
         failures: list[DecodeFailure] = []
+        suspects = varint_suspects(payloads)
         for index, payload, schema_id, writer in framed(payloads, self._writer_or_reason):
-            problem = writer if isinstance(writer, str) else self._read_into(records, payload, schema_id, writer)
+            problem = writer if isinstance(writer, str) else self._read_into(
+                records, payload, schema_id, writer, exact=index in suspects)
             if problem is None:
                 indices.append(index)
             else:
@@ -186,13 +187,12 @@ class ConfluentAvroFormat:
         except UnknownSchemaId:
             return f"unknown schema id {schema_id} (not found in {self._source.description})"
 
-    def _read_into(self, records: list[dict[str, Any]], payload: bytes, schema_id: int, writer: _Writer) -> str | None:
+    def _read_into(self, records: list[dict[str, Any]], payload: bytes, schema_id: int, writer: _Writer, *,
+                   exact: bool) -> str | None:
         """Append the payload's record and return None, or return why it could not be decoded."""
         assert self._reader is not None  # chosen by _writer at the latest
-        buffer = io.BytesIO(payload)
-        buffer.seek(HEADER_SIZE)
         try:
-            records.append(self._reader.read_body(buffer, len(payload), writer.parsed))
+            records.append(self._reader.read_body(payload, HEADER_SIZE, writer.parsed, exact=exact))
         except fastavro.read.SchemaResolutionError as exc:
             return (f"records written with schema id {schema_id} cannot be read into the reader schema from "
                     f"{self._reader.source}: {exc}")

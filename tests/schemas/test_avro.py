@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import fastavro
@@ -94,6 +95,82 @@ def test_decimal_wider_than_its_precision_is_a_failure_beside_good_rows(tmp_path
     assert decoded.indices == [0, 2]
     assert decoded.failures[0].index == 1
     assert "more digits than decimal128(10, 2)" in decoded.failures[0].reason
+
+
+def avro_format(tmp_path: Path, fields: list[dict[str, object]]) -> Format:
+    path = tmp_path / "r.avsc"
+    path.write_text(json.dumps({"type": "record", "name": "R", "fields": fields}))
+    return make_format(FormatSpec("avro", schema=path))
+
+
+def test_decimal_beyond_its_precision_within_16_bytes_is_a_failure_naming_the_field(tmp_path: Path) -> None:
+    fmt = avro_format(tmp_path, [{"name": "p", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
+                                                         "scale": 2}}])
+    too_many_digits, ten_digits = b"\x7f" + b"\xff" * 15, (10**10 - 1).to_bytes(5, "big", signed=True)
+    decoded = fmt.decode([b"\x02\x01", b"\x20" + too_many_digits, b"\x0a" + ten_digits])  # length, then the bytes
+    assert decoded.indices == [0, 2]
+    assert decoded.batch.column("p").to_pylist() == [Decimal("0.01"), Decimal("99999999.99")]
+    decoded.batch.validate(full=True)
+    assert "field 'p': a decimal value has more digits than decimal128(10, 2) holds" in decoded.failures[0].reason
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ({"type": "int"}, 1 << 31), ({"type": "int"}, -(1 << 31) - 1), ({"type": "int", "logicalType": "date"}, 1 << 40),
+])
+def test_an_int_beyond_32_bits_is_a_failure_naming_the_field(tmp_path: Path, field: dict[str, object],
+                                                              value: int) -> None:
+    fmt = avro_format(tmp_path, [{"name": "id", "type": "long"}, {"name": "n", "type": field}])
+    as_long = fastavro.parse_schema({"type": "record", "name": "R", "fields": [
+        {"name": "id", "type": "long"}, {"name": "n", "type": "long"}]})
+    payloads = []
+    for record in ({"id": 1, "n": 5}, {"id": 2, "n": value}, {"id": 3, "n": -5}):
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, as_long, record)
+        payloads.append(buffer.getvalue())
+    decoded = fmt.decode(payloads)
+    assert decoded.indices == [0, 2]
+    assert [f.index for f in decoded.failures] == [1]
+    assert f"field 'n': {value} does not fit in 32 bits (Avro int)" in decoded.failures[0].reason
+
+
+@pytest.mark.parametrize("field", [{"type": "int", "logicalType": "time-millis"},
+                                   {"type": "long", "logicalType": "time-micros"}])
+@pytest.mark.parametrize("ticks", [-1, 86_400_000_000])
+def test_a_time_of_day_outside_a_day_is_a_failure_naming_the_field(tmp_path: Path, field: dict[str, object],
+                                                                   ticks: int) -> None:
+    fmt = avro_format(tmp_path, [{"name": "t", "type": field}])
+    plain = fastavro.parse_schema({"type": "record", "name": "R", "fields": [{"name": "t", "type": "long"}]})
+    payloads = []
+    for value in (0, ticks // 1000 if field["type"] == "int" and ticks > 0 else ticks, 1000):
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, plain, {"t": value})
+        payloads.append(buffer.getvalue())
+    decoded = fmt.decode(payloads)
+    assert decoded.indices == [0, 2]
+    decoded.batch.validate(full=True)
+    assert "field 't': a time of day outside [0, 24h)" in decoded.failures[0].reason
+
+
+def test_a_varint_longer_than_64_bits_is_a_failure_not_a_wrapped_value(tmp_path: Path) -> None:
+    fmt = avro_format(tmp_path, [{"name": "id", "type": "long"}, {"name": "s", "type": "string"}])
+    ten_bytes = b"\xff" * 9 + b"\x01"  # -2**63, the longest valid varint
+    decoded = fmt.decode([ten_bytes + b"\x02a", b"\x80" * 10 + b"\x02" + b"\x02a", b"\xfe" + b"\xff" * 8 + b"\x03\x02a",
+                          b"\x80" * 11 + b"\x02a"])
+    assert decoded.indices == [0]
+    assert decoded.batch.to_pylist() == [{"id": -(1 << 63), "s": "a"}]
+    assert [f.index for f in decoded.failures] == [1, 2, 3]
+    assert "field 'id': 1180591620717411303424 does not fit in 64 bits (Avro long)" in decoded.failures[0].reason
+
+
+def test_payloads_read_by_the_exact_reader_decode_the_same(all_types: Format) -> None:
+    """Text in a non-Latin script has long runs of bytes above 0x7f, so these payloads are varint suspects."""
+    rows = all_types_rows(200)
+    for row in rows:
+        row["s"] = "日本語のテキスト" * 3
+    batch = pa.RecordBatch.from_pylist(rows, schema=all_types.arrow_schema)
+    decoded = all_types.decode(all_types.encode(batch))
+    assert decoded.failures == []
+    assert decoded.batch.equals(batch)
 
 
 def test_null_payload_is_a_tombstone_failure(small: Format) -> None:

@@ -139,6 +139,15 @@ def test_truncated_body_is_a_failure_saying_truncated(schema_dir: Path) -> None:
     assert "truncated" in fmt.decode([payload[:-3]]).failures[0].reason
 
 
+def test_a_body_cut_inside_a_field_the_reader_skips_is_a_failure_saying_truncated(schema_dir: Path) -> None:
+    fmt = make_format(FormatSpec("avro-confluent", schema_dir=schema_dir, schema_id=1))
+    payload = framed(2, USER_V2, {"id": 1, "name": "a name", "email": "someone@example.com"})
+    decoded = fmt.decode([payload, payload[:-3], payload[:-19]])
+    assert decoded.indices == [0]
+    assert [f.index for f in decoded.failures] == [1, 2]
+    assert all("truncated" in f.reason for f in decoded.failures)
+
+
 def test_null_payload_is_a_tombstone_failure(schema_dir: Path) -> None:
     fmt = make_format(FormatSpec("avro-confluent", schema_dir=schema_dir, schema_id=1))
     assert fmt.decode([None]).failures[0].reason == "null payload (tombstone)"

@@ -216,6 +216,68 @@ def test_pretty_printed_payloads_with_line_breaks_decode(orders: Format) -> None
     assert row["ts"] == dt.datetime(2023, 12, 31, 22, 0, tzinfo=dt.UTC)
 
 
+def test_whitespace_around_a_payload_and_line_breaks_inside_it_decode_in_any_batch(orders: Format) -> None:
+    pretty = json.dumps({"id": 9, "user": "p", "amount": 2, "ts": "2024-01-01T00:00:00Z"}, indent=2).encode()
+    payloads = [b" \t" + good_order(0), good_order(1) + b"\n", b"\r\n" + good_order(2) + b" ", pretty]
+    for batch in (payloads, [*payloads, b"{broken"], [good_order(n) for n in range(3, 400)] + payloads):
+        decoded = orders.decode(batch)
+        assert decoded.batch.column("id").to_pylist()[-4:] == [0, 1, 2, 9]
+
+
+def test_a_raw_line_break_inside_a_string_is_a_failure_even_alone(orders: Format) -> None:
+    """Blanking line breaks for Arrow's line-delimited reader once turned this invalid payload into a valid one."""
+    payload = b'{"id": 1, "user": "a\nb", "amount": 1, "ts": "2024-01-01T00:00:00Z"}'
+    for batch in ([payload], [payload, good_order(2)], [b"{", payload]):
+        failures = orders.decode(batch).failures
+        assert [f.reason for f in failures if f.index == batch.index(payload)] == [
+            "not JSON: unexpected control character in string: line 1 column 21 (char 20)"]
+
+
+def test_a_payload_cut_short_does_not_run_on_into_the_next_ones(orders: Format) -> None:
+    """Arrow reads objects, not lines: the first runs on into the second, the third's two objects make up the
+    count, and all three were rows (with the wrong payloads' offsets)."""
+    cut = good_order(0)[:-1] + b', "extra":'
+    decoded = orders.decode([cut, b'{"deep": 1}}', good_order(1) + good_order(2), good_order(3)])
+    assert decoded.indices == [3]
+    assert [f.index for f in decoded.failures] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("payload", [
+    b"null", b" null ", b"1", b'"s"', b"[]", b"", b"\xef\xbb\xbf" + good_order(7),
+    good_order(7)[:-1] + b', "x": NaN}', good_order(7)[:-1] + b', "x": [-Infinity]}',
+    good_order(7)[:-1] + b', "x": 1.8e308}', good_order(7)[:-1] + b', "x": -' + b"9" * 400 + b"}",
+    good_order(7)[:-1] + b', "x": "\xff"}', good_order(7)[:-1] + b', "\xc0\xaf": 1}',
+    good_order(7)[:-1] + b', "x": ' + b"[" * 1024 + b"]" * 1024 + b"}",
+], ids=["null", "spaced null", "number", "string", "array", "empty", "byte order mark", "NaN", "-Infinity",
+        "1.8e308", "400 digits", "invalid UTF-8", "invalid UTF-8 name", "1025 levels"])
+def test_json_arrow_reads_and_orjson_refuses_is_a_failure_in_any_batch(orders: Format, payload: bytes) -> None:
+    many = [good_order(n) for n in range(300)]  # a buffer large enough for the other scanner
+    for batch in ([payload], [payload, good_order(1)], [good_order(1), payload], [b"{", payload], [*many, payload]):
+        decoded = orders.decode(batch)
+        assert batch.index(payload) not in decoded.indices, batch[:2]
+        assert len(decoded.indices) + len(decoded.failures) == len(batch)
+
+
+@pytest.mark.parametrize("payload", [
+    good_order(7)[:-1] + b', "x": [1e308, -1.7976931348623157e308, 1e-400, 123456789012345678901234567890]}',
+    good_order(7)[:-1] + b', "x": ' + b"[" * 1023 + b"]" * 1023 + b"}",
+    good_order(7)[:-1] + b', "x": "NaN, Infinity, 1e999, ' + b"9" * 400 + b'"}',
+    good_order(7).replace(b"2024-05-01T12:00:00Z", b"0000-01-01T00:00:00Z"),  # year 0: Python's parser refuses it
+], ids=["numbers at the double's edges", "1024 levels", "tokens inside a string", "year 0"])
+def test_what_arrow_and_orjson_both_read_decodes_in_any_batch(orders: Format, payload: bytes) -> None:
+    many = [good_order(n) for n in range(300)]
+    for batch in ([payload], [payload, good_order(1)], [b"{", payload], [*many, payload]):
+        assert batch.index(payload) in orders.decode(batch).indices
+
+
+def test_a_wrong_type_nested_deeper_than_orjson_writes_is_a_failure_with_a_preview(orders: Format) -> None:
+    for kind, value in (("array", b"[" * 1000 + b"]" * 1000), ("object", b'{"a":' * 1000 + b"1" + b"}" * 1000)):
+        payload = b'{"id": 1, "user": ' + value + b', "amount": 1, "ts": "2024-01-01T00:00:00Z"}'
+        [failure] = orders.decode([payload]).failures
+        assert failure.reason.startswith(f"field 'user': expected string, got {kind} ")
+        assert failure.reason.endswith("...") and len(failure.reason) < 120
+
+
 def test_key_order_in_the_payload_does_not_matter(orders: Format) -> None:
     payload = b'{"ts": "2024-01-01T00:00:00Z", "amount": 2, "user": "u", "id": 1}'
     [row] = orders.decode([payload]).batch.to_pylist()
