@@ -41,6 +41,18 @@ class Produced(NamedTuple):
     bytes: int
 
 
+def produced(values: Sequence[bytes | None]) -> Produced:
+    """What handing ``values`` to a producer counts as."""
+    return Produced(len(values), sum(map(len, filter(None, values))))
+
+
+def dead_letter_topic(settings: SinkSettings, letters: Sequence[DeadLetter]) -> str:
+    """Where ``letters`` go; a config without a dead-letter topic cannot take them (nothing is dropped)."""
+    if settings.dead_letter_topic is None:
+        raise SinkError(f"{len(letters)} dead-letter records but no dead_letter topic is configured")
+    return settings.dead_letter_topic
+
+
 class Sink(Protocol):
     """What the pipeline needs of a sink, whatever its delivery guarantee."""
 
@@ -120,7 +132,7 @@ class KafkaWriter:
             return Produced(0, 0)
         values, keys = encode_rows(table, self._format, self.settings)
         self._produce(self.settings.topic, values, keys)
-        return Produced(len(values), sum(map(len, filter(None, values))))
+        return produced(values)
 
     def _produce(self, topic: str, values: list[bytes | None], keys: list[bytes | None] | None = None,
                  headers: list[Headers] | None = None) -> None:
@@ -134,10 +146,8 @@ class KafkaWriter:
         letters = list(letters)
         if not letters:
             return 0
-        if self.settings.dead_letter_topic is None:
-            raise SinkError(f"{len(letters)} dead-letter records but no dead_letter topic is configured")
         self._produce(
-            self.settings.dead_letter_topic,
+            dead_letter_topic(self.settings, letters),
             [letter.value or b"" for letter in letters],
             [letter.key for letter in letters],
             [letter.headers() for letter in letters],

@@ -35,7 +35,8 @@ from engine.config import ConnectorConfig, load_config
 from engine.metrics import Metrics
 from engine.wiring import sink_format, sink_settings, source_format
 from schemas import Format, make_format
-from sinks import Produced, SinkError, encode_rows
+from sinks import Produced, encode_rows
+from sinks.writer import dead_letter_topic, produced
 
 NO_TIMESTAMP = -1
 
@@ -179,12 +180,12 @@ class _MemorySink:
             return Produced(0, 0)
         values, keys = encode_rows(table, self._format, self._settings)
         self._pending_output += [DriverRecord(keys[i] if keys else None, value) for i, value in enumerate(values)]
-        return Produced(len(values), sum(len(value or b"") for value in values))
+        return produced(values)
 
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
         letters = list(letters)
-        if letters and self._settings.dead_letter_topic is None:
-            raise SinkError(f"{len(letters)} dead-letter records but no dead_letter topic is configured")
+        if letters:
+            dead_letter_topic(self._settings, letters)
         self._pending_dead_letters += [DriverRecord(letter.key, letter.value or b"", letter.headers())
                                        for letter in letters]
         return len(letters)
