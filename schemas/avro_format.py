@@ -41,11 +41,13 @@ from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, EncodeErro
 
 ParsedSchema = Any  # fastavro's parsed schema (a dict it annotates)
 
+_schemaless_reader = fastavro.schemaless_reader  # fastavro's C reader, looked up once
 _UNFIT = (ValueOutOfRange, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
 """What building the Arrow batch raises for a decoded value its field's type cannot hold."""
 _PAD = b"\0"
-"""Read after each payload: fastavro does not notice a short read when it skips a field the reader schema
-drops, but a length past the payload's end then reads this byte, and the record is seen to run past it."""
+"""Read after a payload written with another schema: fastavro does not notice a short read when it skips a
+field the reader schema drops, but a length past the payload's end then reads this byte, and the record is
+seen to run past it."""
 _HIGH_BITS = bytes([0, 0] + [2] * 126 + [255] * 128)
 """``translate`` table: bytes with the high bit set to 0xff, 0x00 and 0x01 to 0x00, the others to 0x02."""
 _PAST_64_BITS = (b"\xff" * 10, b"\xff" * 9 + b"\x02")
@@ -82,19 +84,22 @@ class AvroCodec:
         then applies Avro schema resolution. ``exact`` reads with fastavro's pure-Python reader (see
         ``varint_suspects``). Raises on truncated or invalid bytes (see ``body_failure``).
         """
-        buffer = io.BytesIO(payload + _PAD)
-        buffer.seek(start)
-        read = exact_schemaless_reader if exact else fastavro.schemaless_reader
+        read = exact_schemaless_reader if exact else _schemaless_reader
         if writer is None:
+            buffer = io.BytesIO(payload)
+            if start:
+                buffer.seek(start)
             record = read(buffer, self.parsed, None)
-        else:
+        else:  # only schema resolution skips fields, so only then can a short read go unnoticed (see _PAD)
+            buffer = io.BytesIO(payload + _PAD)
+            buffer.seek(start)
             record = read(buffer, writer, self.parsed)
         end = buffer.tell()
         if end > len(payload):
             raise EOFError("a length runs past the end of the payload")
         if end != len(payload):
             raise _TrailingBytes(len(payload) - end)
-        return cast(dict[str, Any], record)  # the top-level type is a record (checked in avro_to_arrow_schema)
+        return cast("dict[str, Any]", record)  # the top-level type is a record (checked in avro_to_arrow_schema)
 
     def records_to_batch(self, records: list[dict[str, Any]]) -> pa.RecordBatch:
         """Build the Arrow batch column-wise in C++, then convert physical columns to their logical types.

@@ -728,7 +728,8 @@ with TransformTestDriver(sys.argv[1]) as driver:
 
 def test_a_json_null_literal_first_in_a_batch_is_dead_lettered_instead_of_crashing_the_process(
         connectors: Connectors) -> None:
-    """In a child process: the crash is a segmentation fault, which would take this test run down with it."""
+    """``pyarrow.json.read_json`` segfaults (pyarrow 26.0.1, cf. apache/arrow#47409) when the first record of
+    a batch is ``null``. In a child process: a crash would take this test run down with it."""
     result = subprocess.run([sys.executable, "-X", "faulthandler", "-c", NULL_FIRST_SCRIPT,
                              str(connectors.path(JSON)), GOOD_JSON.value.decode()],
                             cwd=REPO_ROOT, capture_output=True, timeout=120)
@@ -739,11 +740,15 @@ def test_a_json_null_literal_first_in_a_batch_is_dead_lettered_instead_of_crashi
 @pytest.mark.parametrize("depth", [255, 1023])
 def test_a_json_field_of_the_wrong_type_nested_hundreds_of_levels_deep_is_dead_lettered(
         connectors: Connectors, depth: int) -> None:
+    """The reason's preview of the value was ``orjson.dumps(value)``, which refuses more than 254 levels
+    (``orjson.loads`` takes 1024): decode raised TypeError 'Recursion limit reached'."""
     bad = Payload("deeply nested field", replaced(GOOD_JSON, "user", nested(depth, "array")))
     assert_nothing_lost_or_doubled(JSON, connectors(JSON), stream_of(good_json_payload(), bad))
 
 
 def test_json_with_invalid_utf8_inside_a_string_is_dead_lettered(connectors: Connectors) -> None:
+    """Arrow's JSON reader does not validate UTF-8 inside strings: the record was output, and the JSON sink's
+    encode of its invalid string column failed."""
     bad = Payload("invalid UTF-8 in a string", replaced(GOOD_JSON, "user", b'"\xff"'))
     assert_nothing_lost_or_doubled(JSON, connectors(JSON), stream_of(good_json_payload(), bad))
 
@@ -771,6 +776,9 @@ def verdicts(connectors: Connectors, values: list[bytes]) -> list[str]:
 @pytest.mark.parametrize("payload", list(NEIGHBOUR_DEPENDENT_JSON.values()), ids=list(NEIGHBOUR_DEPENDENT_JSON))
 def test_a_json_payload_gets_the_same_verdict_whatever_batch_it_is_read_in(
         connectors: Connectors, payload: bytes) -> None:
+    """A batch was parsed by Arrow in one go, and only re-checked by orjson when Arrow rejected something: what
+    Arrow takes and orjson refuses was output or dead-lettered depending on its neighbours (a BOM only at the
+    start of a batch), so a replay cut into other batches could change the output."""
     alone = verdicts(connectors, [payload])[0]
     after_a_good_record = verdicts(connectors, [GOOD_JSON.value, payload])[1]
     after_a_bad_record = verdicts(connectors, [b"{", payload])[1]
@@ -789,12 +797,15 @@ def test_a_json_payload_cut_short_does_not_run_on_into_the_next_ones(connectors:
 
 @pytest.mark.parametrize(("column", "value"), [("i", INT32_MAX + 1), ("i", INT32_MIN - 1), ("day", 1 << 40)])
 def test_an_avro_int_beyond_32_bits_is_dead_lettered(connectors: Connectors, column: str, value: int) -> None:
+    """fastavro reads an Avro int as an unbounded varint, and Arrow's int32 conversion raised for the batch."""
     writer = writer_schema(ALL_TYPES, {column: "long"})  # the same varint, without the int's 32-bit bound
     bad = Payload("int beyond 32 bits", reencode_avro(GOOD_AVRO, {column: value}, writer))
     assert_nothing_lost_or_doubled(AVRO, connectors(AVRO), stream_of(good_avro_payload(), bad))
 
 
 def test_an_avro_long_varint_wider_than_64_bits_is_dead_lettered(connectors: Connectors) -> None:
+    """fastavro's C reader takes a varint longer than ten bytes and wraps it to 64 bits: the record was output
+    with a value it does not hold."""
     body = reencode_avro(GOOD_AVRO, {"l": LONG_SENTINEL})
     overlong = overwrite_once(body, zigzag_varint(LONG_SENTINEL), zigzag_varint(LONG_SENTINEL + (1 << 70)))
     bad = Payload("long varint wider than 64 bits", overlong)
@@ -802,12 +813,16 @@ def test_an_avro_long_varint_wider_than_64_bits_is_dead_lettered(connectors: Con
 
 
 def test_an_avro_decimal_wider_than_its_precision_is_dead_lettered(connectors: Connectors) -> None:
+    """Only the 16 bytes were checked, not the precision: a decimal(10, 2) holding 38 digits was output, as an
+    Arrow array that fails ``validate(full=True)``."""
     bad = Payload("decimal wider than its precision",
                   reencode_avro(GOOD_AVRO, {"price": b"\x7f" + b"\xff" * 15}, RAW_PRICE_WRITER))
     assert_nothing_lost_or_doubled(AVRO, connectors(AVRO), stream_of(good_avro_payload(), bad))
 
 
 def test_a_confluent_record_cut_inside_a_field_the_reader_skips_is_dead_lettered(connectors: Connectors) -> None:
+    """fastavro skips a string the reader drops by reading its declared length without noticing a short read,
+    so the check that every byte was consumed passed: a record cut inside a skipped field was output."""
     params = (2, 0, "ada", 1.5, dt.datetime(2026, 1, 1, tzinfo=UTC), None, True, uuid.UUID(int=5), None, "mobile")
     good, other = good_confluent(0, params), good_confluent(1, params)
     assert good.skipped_tail > 3

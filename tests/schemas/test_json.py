@@ -258,6 +258,20 @@ def test_json_arrow_reads_and_orjson_refuses_is_a_failure_in_any_batch(orders: F
         assert len(decoded.indices) + len(decoded.failures) == len(batch)
 
 
+@pytest.mark.parametrize("value", [b"NaN", b"[1, -Infinity]", b'{"a": {"b": 1.8e308}}', b"9" * 400,
+                                   b"[" * 1024 + b"]" * 1024],
+                         ids=["NaN", "-Infinity", "1.8e308", "400 digits", "1025 levels"])
+def test_without_a_schema_json_arrow_reads_and_orjson_refuses_is_a_failure_in_any_batch(value: bytes) -> None:
+    """Without a schema Arrow keeps every member, so these show as NaN or infinite values in what it read."""
+    inferred = make_format(FormatSpec("json"))
+    payload = good_order(7)[:-1] + b', "x": ' + value + b"}"
+    many = [good_order(n) for n in range(300)]
+    for batch in ([payload], [payload, good_order(1)], [good_order(1), payload], [b"{", payload], [*many, payload]):
+        decoded = inferred.decode(batch)
+        assert batch.index(payload) not in decoded.indices
+        assert len(decoded.indices) == len(batch) - 1 - (batch[0] == b"{")
+
+
 @pytest.mark.parametrize("payload", [
     good_order(7)[:-1] + b', "x": [1e308, -1.7976931348623157e308, 1e-400, 123456789012345678901234567890]}',
     good_order(7)[:-1] + b', "x": ' + b"[" * 1023 + b"]" * 1023 + b"}",
