@@ -6,7 +6,8 @@
 - ``offset_metadata``: what a committed offset's metadata string says (checkpoint id, batch item);
 - ``watermarks``: event-time watermarks and late rows;
 - ``dead_letter``: records that could not be processed, with their reason;
-- ``admin``: topics and partition offsets.
+- ``admin``: topics and partition offsets;
+- ``changelog``: changelog topics of keyed state (one state record per source partition) and their reader.
 
 Nothing here imports the engine: sources know Kafka, Arrow and the wire formats (``schemas``), not the
 protocol that drives them.
@@ -15,10 +16,25 @@ protocol that drives them.
 from connectors.admin import (
     KafkaUnreachable,
     TopicAdminError,
+    TopicMismatch,
+    TopicNotAuthorized,
     check_connection,
     create_topic,
     end_offsets,
+    ensure_topic,
     partitions_of,
+)
+from connectors.changelog import (
+    ChangelogEntry,
+    ChangelogError,
+    ChangelogReader,
+    ChangelogRecordInvalid,
+    ChangelogTimeout,
+    RestoreRead,
+    StateRecord,
+    changelog_topic,
+    repartition_topic,
+    state_record,
 )
 from connectors.checkpoint import CheckpointFormatError, SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
@@ -35,6 +51,11 @@ from connectors.source import (
 from connectors.watermarks import EventTimeError, WatermarkTracker, filter_late_rows
 
 __all__ = [
+    "ChangelogEntry",
+    "ChangelogError",
+    "ChangelogReader",
+    "ChangelogRecordInvalid",
+    "ChangelogTimeout",
     "CheckpointFormatError",
     "DeadLetter",
     "EventTimeError",
@@ -42,18 +63,26 @@ __all__ = [
     "KafkaUnreachable",
     "MalformedOffsetMetadata",
     "PoisonRecord",
+    "RestoreRead",
     "SourceBatch",
     "SourceCheckpoint",
     "SourceError",
     "SourceNotAuthorized",
     "SourceSettings",
     "SourceUnavailable",
+    "StateRecord",
     "TopicAdminError",
+    "TopicMismatch",
     "TopicMissing",
+    "TopicNotAuthorized",
     "WatermarkTracker",
+    "changelog_topic",
     "check_connection",
     "create_topic",
     "end_offsets",
+    "ensure_topic",
     "filter_late_rows",
     "partitions_of",
+    "repartition_topic",
+    "state_record",
 ]

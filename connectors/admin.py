@@ -1,6 +1,6 @@
 """Kafka administration the connectors, batch jobs and tests share: check that Kafka answers, create and
-describe topics, read partition offsets. Every partition start/end offset look-up in epochline goes through
-``watermark_offsets``.
+describe topics, read partition offsets, describe consumer groups. Every partition start/end offset look-up
+in epochline goes through ``watermark_offsets``.
 
 ``client_config`` (security settings: ``security.protocol``, ``sasl.*``, ``ssl.*``) goes to every client made
 here. librdkafka's own log lines go to the ``librdkafka`` logger (``CLIENT_LOGGER``), never raw to stderr.
@@ -12,10 +12,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._group import MemberDescription  # re-exported by confluent_kafka.admin, undeclared
 from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports without declaring it
 
 log = logging.getLogger(__name__)
@@ -209,3 +211,279 @@ def _described(future: Future[Any], timeout: float, missing: str) -> set[str] | 
         missing_codes = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.GROUP_ID_NOT_FOUND)
         return missing if error.code() in missing_codes else error
     return {operation.name for operation in described.authorized_operations or ()}
+
+
+class GroupMissing(TopicAdminError):
+    """The consumer group does not exist: no instance has joined it and it holds no committed offsets."""
+
+
+@dataclass(frozen=True)
+class DescribedMember:
+    """One member of a consumer group as the group coordinator sees it, with the partitions it holds."""
+
+    member_id: str
+    client_id: str
+    group_instance_id: str | None
+    host: str
+    partitions: tuple[tuple[str, int], ...]  # (topic, partition), sorted
+
+
+@dataclass(frozen=True)
+class DescribedGroup:
+    """A consumer group's state (``STABLE``, ``EMPTY``, ``PREPARING_REBALANCE``, ...) and its members."""
+
+    group_id: str
+    state: str
+    members: tuple[DescribedMember, ...]
+
+
+_UNREACHABLE_CODES = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, *_CONNECT_ERRORS})
+
+
+def describe_group(bootstrap: str, group: str, timeout: float = 30.0,
+                   client_config: ClientConfig | None = None) -> DescribedGroup:
+    """The group's state and members (member id, client id, group instance id, host, assigned partitions),
+    within ``timeout`` seconds. A group that does not exist (the broker answers ``DEAD`` or
+    ``GROUP_ID_NOT_FOUND``) is ``GroupMissing``; a broker that does not answer is ``KafkaUnreachable``. A
+    coordinator that is still loading is asked again until the timeout: that clears within seconds."""
+    admin = _admin_client(bootstrap, client_config)
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = max(0.1, deadline - time.monotonic())
+        [future] = admin.describe_consumer_groups([group], request_timeout=remaining).values()
+        try:
+            described = future.result(remaining + 1.0)
+            break
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in COORDINATOR_NOT_READY and time.monotonic() + 0.5 < deadline:
+                time.sleep(0.5)
+                continue
+            raise _group_error(bootstrap, group, error) from exc
+        except TimeoutError as exc:  # librdkafka's request timeout should have answered first
+            raise KafkaUnreachable(f"cannot describe consumer group {group!r}: Kafka at {bootstrap} did not "
+                                   f"answer within {timeout:.0f}s") from exc
+    state = described.state.name if described.state is not None else "UNKNOWN"
+    if state == "DEAD":
+        raise GroupMissing(f"consumer group {group!r} does not exist on {bootstrap}")
+    members = tuple(_described_member(member) for member in described.members)
+    return DescribedGroup(group, state, tuple(sorted(members, key=lambda member: member.client_id)))
+
+
+def _group_error(bootstrap: str, group: str, error: KafkaError) -> TopicAdminError:
+    """The error class a failed group description deserves: missing, unreachable, or another answer."""
+    if error.code() == KafkaError.GROUP_ID_NOT_FOUND:
+        return GroupMissing(f"consumer group {group!r} does not exist on {bootstrap}")
+    if error.code() in _UNREACHABLE_CODES:
+        return KafkaUnreachable(f"cannot describe consumer group {group!r}: Kafka at {bootstrap}: "
+                                f"{describe_connect_error(error)}")
+    return TopicAdminError(f"cannot describe consumer group {group!r} on {bootstrap}: {error.name()}: {error.str()}")
+
+
+def _described_member(member: MemberDescription) -> DescribedMember:
+    """A member of confluent-kafka's group description as plain data."""
+    assigned = member.assignment.topic_partitions if member.assignment is not None else []
+    return DescribedMember(member_id=member.member_id, client_id=member.client_id,
+                           group_instance_id=member.group_instance_id or None, host=member.host,
+                           partitions=tuple(sorted((tp.topic, tp.partition) for tp in assigned)))
+
+
+def matching_topics(bootstrap: str, prefix: str = "", suffix: str = "", timeout: float = 30.0,
+                    client_config: ClientConfig | None = None) -> dict[str, list[int]]:
+    """The topics whose names start with ``prefix`` and end with ``suffix``, with their partition ids: how
+    a connector's own topics (changelogs, repartition) are found by name. One metadata request."""
+    admin = _admin_client(bootstrap, client_config)
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as error:
+        raise KafkaUnreachable(f"cannot list topics: Kafka at {bootstrap}: "
+                               f"{describe_connect_error(error.args[0])}") from error
+    return {name: sorted(topic.partitions) for name, topic in sorted(metadata.topics.items())
+            if name.startswith(prefix) and name.endswith(suffix) and topic.error is None}
+
+
+def _offsets_consumer(bootstrap: str, client_config: ClientConfig | None, group: str = "epochline-end-offsets",
+                      ) -> Consumer:
+    """A consumer that only looks: never subscribes (so never joins ``group``), never commits, and reads
+    high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset."""
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
+                              "isolation.level": "read_uncommitted", "enable.auto.commit": False,
+                              "log_level": _QUIET, "logger": CLIENT_LOGGER, **(client_config or {})}
+    return Consumer(config)
+
+
+def topic_watermarks(bootstrap: str, prefix: str = "", suffix: str = "", timeout: float = 30.0,
+                     client_config: ClientConfig | None = None) -> dict[str, dict[int, tuple[int, int]]]:
+    """Per topic matching ``prefix``/``suffix`` (``matching_topics``), per partition ``(log start, high
+    watermark)``: high minus start is how many offsets a topic holds (for a compacted topic an upper bound)."""
+    topics = matching_topics(bootstrap, prefix, suffix, timeout, client_config)
+    consumer = _offsets_consumer(bootstrap, client_config)
+    try:
+        return {topic: watermark_offsets(consumer, topic, partitions, timeout) for topic, partitions in topics.items()}
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True)
+class GroupPartitionOffsets:
+    """One partition as a group's progress report needs it: where the log starts and ends (high watermark),
+    and what the group committed there (None when nothing was), with the commit's metadata string."""
+
+    partition: int
+    low: int
+    high: int
+    committed: int | None
+    metadata: str | None
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: list[int], timeout: float = 30.0,
+                  client_config: ClientConfig | None = None) -> list[GroupPartitionOffsets]:
+    """The group's committed offsets (with metadata) and the watermarks of ``partitions`` of ``topic``, read
+    without joining the group: a running instance is neither disturbed nor waited for."""
+    consumer = _offsets_consumer(bootstrap, client_config, group)
+    try:
+        watermarks = watermark_offsets(consumer, topic, partitions, timeout)
+        committed = committed_offsets(consumer, [TopicPartition(topic, p) for p in partitions], timeout)
+    finally:
+        consumer.close()
+    by_partition = {tp.partition: tp for tp in committed}
+    return [GroupPartitionOffsets(partition, *watermarks[partition], *_committed(by_partition.get(partition)))
+            for partition in partitions]
+
+
+def _committed(tp: TopicPartition | None) -> tuple[int | None, str | None]:
+    """A committed offset and its metadata; a negative offset is librdkafka's "nothing committed"."""
+    if tp is None or tp.offset < 0:
+        return None, None
+    return tp.offset, tp.metadata or None
+
+
+class TopicMismatch(TopicAdminError):
+    """A topic exists, but not as required: another partition count, or another cleanup policy."""
+
+
+class TopicNotAuthorized(TopicAdminError):
+    """The principal may not create (or describe) a topic it needs."""
+
+
+_AUTHORIZATION_CODES = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+
+
+def ensure_topic(bootstrap: str, name: str, partitions: int, client_config: ClientConfig | None = None, *,
+                 compacted: bool, timeout: float = 30.0, config: Mapping[str, str] | None = None) -> bool:
+    """Make sure topic ``name`` exists with ``partitions`` partitions and ``cleanup.policy=compact`` when
+    ``compacted`` (else ``delete``); returns True when it was created now. Replication is the broker's
+    ``default.replication.factor``; ``config`` adds topic settings (``max.message.bytes`` for large state).
+
+    An existing topic is accepted when its partition count matches and its cleanup policy is the one asked
+    for: a compacted changelog that retention may delete (``delete`` in its policy) loses state, a topic that
+    compaction may thin out loses rows. Otherwise ``TopicMismatch`` names the topic and what differs. A
+    principal that may not create (or describe) it gets ``TopicNotAuthorized``, naming the topic and the
+    settings to create it with by other means. The broker is not asked to auto-create anything: the topic is
+    described through DescribeTopics, then created with CreateTopics, then awaited until every partition has a
+    leader, all within ``timeout``."""
+    if partitions < 1:
+        raise ValueError(f"topic {name!r}: partitions must be at least 1, got {partitions}")
+    policy = "compact" if compacted else "delete"
+    given = (config or {}).get("cleanup.policy")
+    if given is not None and given != policy:
+        raise ValueError(f"topic {name!r}: config cleanup.policy={given!r} contradicts compacted={compacted}")
+    wanted = f"{partitions} partitions, cleanup.policy={policy}"
+    admin = _admin_client(bootstrap, client_config)
+    deadline = time.monotonic() + timeout
+    existing = _topic_partition_count(admin, bootstrap, name, deadline, wanted)
+    if existing is None:
+        topic = NewTopic(name, partitions, config={**(config or {}), "cleanup.policy": policy})
+        remaining = max(0.1, deadline - time.monotonic())
+        future = admin.create_topics([topic], operation_timeout=remaining, request_timeout=remaining)[name]
+        try:
+            future.result(remaining + 1.0)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in _AUTHORIZATION_CODES:
+                raise TopicNotAuthorized(f"the principal may not create topic {name!r} on {bootstrap} "
+                                         f"({error.name()}); create it with {wanted}, or grant CREATE") from exc
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # else created meanwhile: check it below
+                raise TopicAdminError(f"creating topic {name!r} ({wanted}) on {bootstrap} failed: "
+                                      f"{error.name()}: {error.str()}") from exc
+        except TimeoutError as exc:
+            raise TopicAdminError(f"creating topic {name!r} on {bootstrap}: no answer within {timeout:g}s") from exc
+        else:
+            _await_leaders(admin, bootstrap, name, partitions, deadline, timeout)
+            log.info("topic created", extra={"topic": name, "partitions": partitions, "cleanup_policy": policy})
+            return True
+        existing = _topic_partition_count(admin, bootstrap, name, deadline, wanted)
+        if existing is None:
+            raise TopicAdminError(f"topic {name!r} on {bootstrap}: creation said it exists, description says not")
+    if existing != partitions:
+        raise TopicMismatch(f"topic {name!r} on {bootstrap} has {existing} partitions, {partitions} are required "
+                            f"(partition counts are fixed by the state they hold: recreate it or fix the setting)")
+    _check_cleanup_policy(admin, bootstrap, name, compacted, deadline)
+    return False
+
+
+def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadline: float,
+                           wanted: str) -> int | None:
+    """The topic's partition count, None when it does not exist; retriable answers are asked again."""
+    while True:
+        remaining = max(0.1, deadline - time.monotonic())
+        [future] = admin.describe_topics(TopicCollection([name]), request_timeout=remaining).values()
+        try:
+            return len(future.result(remaining + 1.0).partitions)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                return None
+            if error.code() in _AUTHORIZATION_CODES:
+                # Kafka does not say whether a topic exists to whom may not describe it: creating tells.
+                return None
+            if not error.retriable() or time.monotonic() + 0.2 >= deadline:
+                kind = KafkaUnreachable if error.code() in _UNREACHABLE_CODES else TopicAdminError
+                raise kind(f"cannot describe topic {name!r} (needed: {wanted}): Kafka at {bootstrap}: "
+                           f"{describe_connect_error(error)}") from exc
+            time.sleep(0.2)
+        except TimeoutError as exc:
+            raise KafkaUnreachable(f"cannot describe topic {name!r}: Kafka at {bootstrap} did not answer") from exc
+
+
+def _await_leaders(admin: AdminClient, bootstrap: str, name: str, partitions: int, deadline: float,
+                   timeout: float) -> None:
+    """Wait until the new topic's description shows every partition with a leader: clients that use it at
+    once then find it."""
+    while True:
+        remaining = max(0.1, deadline - time.monotonic())
+        [future] = admin.describe_topics(TopicCollection([name]), request_timeout=remaining).values()
+        try:
+            described = future.result(remaining + 1.0).partitions
+            if len(described) == partitions and all(p.leader is not None and p.leader.id >= 0 for p in described):
+                return
+        except (KafkaException, TimeoutError):
+            pass  # not propagated yet
+        if time.monotonic() + 0.1 >= deadline:
+            raise TopicAdminError(f"topic {name!r} was created on {bootstrap} but its partitions have no leader "
+                                  f"after {timeout:g}s")
+        time.sleep(0.1)
+
+
+def _check_cleanup_policy(admin: AdminClient, bootstrap: str, name: str, compacted: bool, deadline: float) -> None:
+    """``TopicMismatch`` when the existing topic's cleanup policy is not the one asked for. A principal that
+    may not describe configs cannot check it: a warning says so, and the topic is used."""
+    from confluent_kafka.admin._config import ConfigResource
+    from confluent_kafka.admin._resource import ResourceType
+
+    remaining = max(0.1, deadline - time.monotonic())
+    [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)], request_timeout=remaining).values()
+    try:
+        entries = future.result(remaining + 1.0)
+    except (KafkaException, TimeoutError) as exc:
+        reason = exc.args[0] if isinstance(exc, KafkaException) else "no answer"
+        log.warning("cleanup policy of an existing topic not checked", extra={"topic": name, "reason": str(reason)})
+        return
+    entry = entries.get("cleanup.policy")
+    actual = {part.strip() for part in (entry.value or "").split(",")} if entry is not None else {"delete"}
+    if compacted and actual != {"compact"}:
+        raise TopicMismatch(f"topic {name!r} on {bootstrap} has cleanup.policy={','.join(sorted(actual))}, "
+                            f"compact is required (retention would delete state records that are still current)")
+    if not compacted and "compact" in actual:
+        raise TopicMismatch(f"topic {name!r} on {bootstrap} has cleanup.policy={','.join(sorted(actual))}, "
+                            f"delete is required (compaction would drop rows that share a key)")

@@ -1,9 +1,9 @@
 """What epochline writes into the metadata string of a committed offset, and how it reads it back.
 
 The committed offset is the witness of what committed (DESIGN.md): a streaming epoch commits its cut with
-``epochline:checkpoint=N``; a batch item commits its range end with
-``epochline:batch=B;item=K;run=R;records=…;bytes=…;seconds=…``. Both are ``epochline:`` followed by
-``;``-separated ``key=value`` fields, written and parsed here only. The broker keeps at most
+``epochline:checkpoint=N;instance=I;event_time=T`` (instance and event time may be absent); a batch item
+commits its range end with ``epochline:batch=B;item=K;run=R;records=…;bytes=…;seconds=…``. Both are
+``epochline:`` followed by ``;``-separated ``key=value`` fields, written and parsed here only. The broker keeps at most
 ``offset.metadata.max.bytes`` (4096 by default) per offset, so the fields stay short.
 
 Metadata that does not start with ``epochline:`` belongs to someone else and reads as nothing; metadata
@@ -13,11 +13,14 @@ that does but cannot be parsed is ``MalformedOffsetMetadata``, never a guess.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from confluent_kafka import TopicPartition
 
 PREFIX = "epochline:"
 CHECKPOINT_FIELD = "checkpoint"
+INSTANCE_FIELD = "instance"
+EVENT_TIME_FIELD = "event_time"
 
 
 class MalformedOffsetMetadata(ValueError):
@@ -48,9 +51,38 @@ def decode(metadata: str | None) -> dict[str, str] | None:
     return fields
 
 
-def checkpoint_metadata(checkpoint_id: int) -> str:
-    """The metadata that names the checkpoint an offset commit belongs to."""
-    return encode({CHECKPOINT_FIELD: checkpoint_id})
+def checkpoint_metadata(checkpoint_id: int, instance: str | None = None, event_time: int | None = None) -> str:
+    """The metadata of a streaming commit: the checkpoint id, the instance that committed it (ids are reserved
+    per instance, so the pair names one epoch of the whole group), and the partition's largest event time,
+    so a partition's watermark moves with it to its next owner."""
+    fields: dict[str, object] = {CHECKPOINT_FIELD: checkpoint_id}
+    if instance is not None:
+        fields[INSTANCE_FIELD] = instance
+    if event_time is not None:
+        fields[EVENT_TIME_FIELD] = event_time
+    return encode(fields)
+
+
+@dataclass(frozen=True)
+class CommittedEpoch:
+    """What a streaming commit of one partition says: which epoch, by which instance, how far event time got."""
+
+    checkpoint_id: int
+    instance: str | None = None
+    event_time: int | None = None
+
+
+def committed_epoch(metadata: str | None) -> CommittedEpoch | None:
+    """The epoch a streaming commit names; None for no metadata or someone else's (e.g. a batch item)."""
+    checkpoint_id = checkpoint_id_from_metadata(metadata)
+    if checkpoint_id is None:
+        return None
+    fields = decode(metadata) or {}
+    event_time = fields.get(EVENT_TIME_FIELD)
+    if event_time is not None and not event_time.lstrip("-").isdigit():
+        raise MalformedOffsetMetadata(f"offset metadata {metadata!r}: event time {event_time!r} is not a number")
+    return CommittedEpoch(checkpoint_id, fields.get(INSTANCE_FIELD),
+                          int(event_time) if event_time is not None else None)
 
 
 def checkpoint_id_from_metadata(metadata: str | None) -> int | None:

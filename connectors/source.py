@@ -4,15 +4,22 @@ Guarantees and what they rest on:
 
 - **Only committed records.** The consumer runs with ``isolation.level=read_committed``, so records of
   aborted (or still open) transactions never reach a batch.
-- **The cut is exact.** ``position()`` is, per partition, the offset after the last record *handed out* by
-  ``poll_batch`` (records buffered but not yet handed out are not in it), or the end-of-partition offset the
-  consumer reports when it has read a partition to its end. Transaction markers occupy offsets, so the end
-  is never computed as "last offset + 1": a partition ending in markers is only seen as fully read through
-  the consumer's EOF event (``enable.partition.eof``). Restoring a cut therefore neither re-reads nor skips.
-- **No group management.** All partitions are assigned explicitly (no ``subscribe``, no rebalances); the
-  group id is only the name offsets are committed under. Offsets are never committed by the consumer
-  itself (``enable.auto.commit`` / ``enable.auto.offset.store`` off): the sink commits the cut inside its
-  transaction (``send_offsets_to_transaction``) with the checkpoint id as offset metadata.
+- **The cut is exact.** ``position()`` is, per owned partition, the offset after the last record *handed out*
+  by ``poll_batch`` (records buffered but not yet handed out are not in it), or the end-of-partition offset
+  the consumer reports when it has read a partition to its end. Transaction markers occupy offsets, so the
+  end is never computed as "last offset + 1": a partition ending in markers is only seen as fully read
+  through the consumer's EOF event (``enable.partition.eof``). Restoring a cut therefore neither re-reads
+  nor skips.
+- **Partitions come from the consumer group.** Instances of a connector subscribe with its group id
+  (``cooperative-sticky`` by default), so Kafka spreads the partitions over them; one instance is a group of
+  one. Every assignment change goes through a ``PartitionListener`` *inside* the rebalance callback: on
+  assignment it returns where each partition starts (the group's committed offset, after restoring the
+  partition's state); on revocation it commits the epoch before the partitions go (a later commit could
+  overwrite the new owner's offsets); on loss it aborts. Seeks are never done inside a callback
+  (librdkafka refuses them there): a rewind is staged and applied by the next ``poll_batch``.
+- **Offsets are only committed inside the sink's transaction** (``send_offsets_to_transaction`` with the
+  group metadata read at commit time and the checkpoint id as offset metadata); the consumer never commits
+  itself (``enable.auto.commit`` / ``enable.auto.offset.store`` off).
 - **Nothing silently dropped.** A record that does not decode becomes a ``DeadLetter`` with its original
   bytes (or ``PoisonRecord`` is raised with ``on_error="halt"``); its offset still counts as read.
 """
@@ -20,11 +27,12 @@ Guarantees and what they rest on:
 from __future__ import annotations
 
 import logging
+import time
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, Literal, Self, cast
+from typing import Any, Literal, Protocol, Self, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,6 +61,10 @@ REQUIRED_CONSUMER_CONFIG = {
     "enable.auto.offset.store": "false",
     "enable.partition.eof": "true",
 }
+GROUP_PROGRESS_INTERVAL_S = 1.0
+GROUP_CONSUMER_DEFAULTS = {"partition.assignment.strategy": "cooperative-sticky"}
+"""Group-mode defaults a user may change: cooperative-sticky moves only the partitions that must move, so a
+rebalance does not stop every instance (Kafka Streams and Connect default to cooperative protocols too)."""
 
 UNAVAILABLE_ERRORS = frozenset({KafkaError._UNKNOWN_PARTITION})
 MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
@@ -122,26 +134,47 @@ class SourceBatch:
     """Bytes of the records' values as they came off the wire (the ``bytes_in`` metric)."""
 
 
-class KafkaSource:
-    """Reads every partition of ``settings.topic``; see the module docstring for the guarantees.
+class PartitionListener(Protocol):
+    """Told of every assignment change, inside the rebalance callback (so before the change takes effect).
 
+    ``assigned`` returns where each partition starts (partitions it leaves out start at ``start_from``) and
+    must have restored their state when it returns; ``revoked`` commits (or abandons) the epoch while the
+    partitions are still owned; ``lost`` abandons it (the group already gave them to another member)."""
+
+    def assigned(self, source: str, partitions: list[int]) -> Mapping[int, int]: ...
+    def revoked(self, source: str, partitions: list[int]) -> None: ...
+    def lost(self, source: str, partitions: list[int]) -> None: ...
+
+
+class KafkaSource:
+    """Reads ``settings.topic``; see the module docstring for the guarantees.
+
+    Two ways to get partitions: ``subscribe`` (streaming runs: the consumer group spreads them over
+    instances, ``member`` names this one) or ``open`` (every partition, explicitly: batch jobs and tools).
     ``timeout`` bounds every blocking call to the broker (metadata, offset look-ups, committed offsets).
     ``watermarks`` advances through ``observe_event_times``, which the engine calls after it has judged
     a batch's rows late against the watermark from before that batch.
     """
 
-    def __init__(self, settings: SourceSettings, bootstrap: str, group_id: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, settings: SourceSettings, bootstrap: str, group_id: str, *, member: str | None = None,
+                 timeout: float = 10.0) -> None:
         self.settings = settings
         self.name = settings.name
         self.bootstrap = bootstrap
         self.group_id = group_id
+        self.member = member
         self.timeout = timeout
         self.format = make_format(settings.format)
         self.watermarks = WatermarkTracker(settings.allowed_lateness_ms, settings.idle_timeout_ms)
-        self._consumer = Consumer(self._consumer_config())
+        config = self._consumer_config()
+        self._cooperative = "cooperative" in str(config["partition.assignment.strategy"])
+        self._consumer = Consumer(config)
         self._partitions: list[int] | None = None
         self._positions: dict[int, int] = {}
         self._pending: list[Message] = []
+        self._listener: PartitionListener | None = None
+        self._staged_seeks: dict[int, int] = {}
+        self._group_checked_at = float("-inf")
         self._paused = False
         self._closed = False
 
@@ -151,9 +184,14 @@ class KafkaSource:
             if user.get(key, required).lower() != required:
                 raise SourceError(f"source {self.name!r}: consumer_config {key}={user[key]!r} breaks "
                                   f"exactly-once reading; it must be {required!r}")
+        # A stable member name is static membership: a restarted instance takes its partitions back at
+        # once instead of waiting for the group to notice the dead one (session.timeout.ms).
+        member = {"client.id": self.member, "group.instance.id": self.member} if self.member else {}
         return {
             "auto.offset.reset": self.settings.start_from,
             "queued.max.messages.kbytes": 32_768,  # prefetch bound: memory does not grow with topic size
+            **GROUP_CONSUMER_DEFAULTS,
+            **member,
             **user,
             **REQUIRED_CONSUMER_CONFIG,
             "bootstrap.servers": self.bootstrap,
@@ -172,11 +210,98 @@ class KafkaSource:
         log.info("source opened", extra={"source": self.name, "topic": self.settings.topic,
                                          "offsets": dict(self._positions)})
 
+    def subscribe(self, listener: PartitionListener) -> None:
+        """Join the group; partitions arrive (and leave) through ``listener`` during ``poll_batch``. The topic
+        is described first, so a missing topic or a refused permission fails here, not in a callback."""
+        self.partitions()
+        self._listener = listener
+        self._consumer.subscribe([self.settings.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
+        log.info("source subscribed", extra={"source": self.name, "topic": self.settings.topic,
+                                             "group": self.group_id, "member": self.member})
+
     def restore(self, checkpoint: SourceCheckpoint) -> None:
-        """Continue exactly at ``checkpoint``: buffered and prefetched records are dropped."""
-        self._assign(checkpoint)
+        """Continue exactly at ``checkpoint``: buffered and prefetched records are dropped. In group mode the
+        seeks are staged (this may run inside a rebalance callback) and done by the next ``poll_batch``;
+        until then no record of those partitions is handed out."""
+        if self._listener is None:
+            self._assign(checkpoint)
+        else:
+            offsets = {p: o for p, o in self._checked_offsets(checkpoint).items() if p in self._positions}
+            self._staged_seeks.update(offsets)
+            self._positions.update(offsets)
+            self._pending = [m for m in self._pending if m.partition() not in offsets]
         log.info("source restored", extra={"source": self.name, "topic": self.settings.topic,
-                                           "offsets": dict(self._positions)})
+                                           "offsets": dict(checkpoint.offsets)})
+
+    def owned(self) -> list[int]:
+        """The partitions this source reads now (all of them after ``open``; the group's share after
+        ``subscribe``)."""
+        return sorted(self._positions)
+
+    # -- rebalance callbacks (run inside poll, on this thread) ------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+        partitions = sorted(tp.partition for tp in assigned)
+        if not partitions or self._listener is None:
+            return
+        starts = self._listener.assigned(self.name, partitions)
+        start = {p: starts[p] if p in starts else self.start_offset(p) for p in partitions}
+        positioned = [TopicPartition(self.settings.topic, p, start[p]) for p in partitions]
+        self._change_assignment(consumer, positioned, add=True)
+        if self._paused:
+            consumer.pause(positioned)
+        self._positions.update(start)
+        self.watermarks.assign(partitions)
+        log.info("partitions assigned", extra={"source": self.name, "topic": self.settings.topic,
+                                               "offsets": start})
+
+    def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        partitions = sorted(tp.partition for tp in revoked)
+        if partitions and self._listener is not None:
+            self._listener.revoked(self.name, partitions)
+        self._forget(partitions)
+        self._change_assignment(consumer, revoked, add=False)
+        log.info("partitions revoked", extra={"source": self.name, "topic": self.settings.topic,
+                                              "partitions": partitions})
+
+    def _on_lost(self, consumer: Consumer, lost: list[TopicPartition]) -> None:
+        partitions = sorted(tp.partition for tp in lost)
+        if partitions and self._listener is not None:
+            self._listener.lost(self.name, partitions)
+        self._forget(partitions)
+        self._change_assignment(consumer, lost, add=False)
+        log.warning("partitions lost", extra={"source": self.name, "topic": self.settings.topic,
+                                              "partitions": partitions})
+
+    def _change_assignment(self, consumer: Consumer, partitions: list[TopicPartition], *, add: bool) -> None:
+        """Cooperative protocols change the assignment incrementally; eager ones replace it whole."""
+        if self._cooperative:
+            consumer.incremental_assign(partitions) if add else consumer.incremental_unassign(partitions)
+        elif add:
+            consumer.assign(partitions)
+        else:
+            consumer.unassign()
+
+    def _forget(self, partitions: list[int]) -> None:
+        gone = set(partitions)
+        for partition in gone:
+            self._positions.pop(partition, None)
+            self._staged_seeks.pop(partition, None)
+        self._pending = [m for m in self._pending if m.partition() not in gone]
+        self.watermarks.remove(gone)
+
+    def _apply_staged_seeks(self) -> None:
+        """Seek where ``restore`` asked; a partition the consumer cannot seek yet (its fetch is still
+        starting) stays staged, and its records are not handed out meanwhile."""
+        for partition, offset in list(self._staged_seeks.items()):
+            try:
+                self._consumer.seek(TopicPartition(self.settings.topic, partition, offset))
+            except KafkaException as error:
+                log.debug("seek deferred", extra={"source": self.name, "partition": partition,
+                                                  "error": str(error)})
+                continue
+            del self._staged_seeks[partition]
 
     def close(self) -> None:
         if not self._closed:
@@ -215,7 +340,7 @@ class KafkaSource:
 
     def _assign(self, checkpoint: SourceCheckpoint | None) -> None:
         offsets = self._checked_offsets(checkpoint) if checkpoint is not None else {}
-        start = {p: offsets[p] if p in offsets else self._start_offset(p) for p in self.partitions()}
+        start = {p: offsets[p] if p in offsets else self.start_offset(p) for p in self.partitions()}
         topic = self.settings.topic
         self._consumer.unassign()
         self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
@@ -234,7 +359,7 @@ class KafkaSource:
                               f"{self.settings.topic!r} does not have (it has {self.partitions()})")
         return checkpoint.offsets
 
-    def _start_offset(self, partition: int) -> int:
+    def start_offset(self, partition: int) -> int:
         """``start_from`` as a concrete offset: the log start, or the last stable offset (read_committed)."""
         try:
             low, high = watermark_offsets(self._consumer, self.settings.topic, [partition], self.timeout)[partition]
@@ -252,8 +377,10 @@ class KafkaSource:
         Raises ``PoisonRecord`` (nothing handed out, position unchanged) when a record fails to decode and
         ``on_error == "halt"``.
         """
+        if self._staged_seeks:
+            self._apply_staged_seeks()
         if not self._pending:
-            self._pending = self._fetch(timeout)
+            self._pending = self._owned_only(self._fetch(timeout))
         take, value_bytes = self._records_that_fit(self._pending)
         taken = self._pending[:take]
         events = [m for m in taken if m.error() is not None]
@@ -274,6 +401,17 @@ class KafkaSource:
         if self.settings.max_batch_records == 1:
             return [first]
         return [first, *self._consumer.consume(self.settings.max_batch_records - 1, 0)]
+
+    def _owned_only(self, messages: list[Message]) -> list[Message]:
+        """Drop what a rebalance callback (run inside this fetch) made stale: records of partitions given
+        away, or of partitions whose rewind is staged (they are read again after the seek)."""
+        if self._listener is None:
+            return messages
+        rewound = set(self._staged_seeks)
+        fresh = [m for m in messages if m.partition() in self._positions and m.partition() not in rewound]
+        if rewound:
+            self._apply_staged_seeks()
+        return fresh
 
     def _records_that_fit(self, messages: list[Message]) -> tuple[int, int]:
         """How many of ``messages`` to hand out (at least one), and the bytes of their values."""
@@ -303,7 +441,7 @@ class KafkaSource:
     def _advance(self, columns: RecordColumns, ends: Mapping[int, int]) -> None:
         last_handed_out = dict(zip(columns.partitions, columns.offsets))
         for partition, offset in (*((p, o + 1) for p, o in last_handed_out.items()), *ends.items()):
-            if offset > self._positions.get(partition, -1):
+            if partition in self._positions and offset > self._positions[partition]:
                 self._positions[partition] = offset
 
     def _to_source_batch(self, columns: RecordColumns, value_bytes: int) -> SourceBatch:
@@ -331,8 +469,22 @@ class KafkaSource:
 
     def reached(self, ends: Mapping[int, int]) -> bool:
         """True when every partition in ``ends`` is read up to its end offset. Positions move past trailing
-        transaction markers through EOF events, so keep polling until this holds: it does not hang."""
-        return all(self._positions.get(partition, -1) >= end for partition, end in ends.items())
+        transaction markers through EOF events, so keep polling until this holds: it does not hang.
+
+        In group mode the partitions other members own count as reached once the group's committed offsets
+        reach their ends (asked at most once a second): the group as a whole is done, whoever committed."""
+        others = {p: end for p, end in ends.items() if p not in self._positions}
+        if any(self._positions[p] < end for p, end in ends.items() if p in self._positions):
+            return False
+        return not others or self._group_reached(others)
+
+    def _group_reached(self, ends: Mapping[int, int]) -> bool:
+        now = time.monotonic()
+        if now - self._group_checked_at < GROUP_PROGRESS_INTERVAL_S:
+            return False
+        self._group_checked_at = now
+        committed = {p: offset for p, (offset, _) in self.committed_metadata(list(ends)).items()}
+        return all(committed.get(p, -1) >= end for p, end in ends.items())
 
     def committed(self) -> tuple[SourceCheckpoint | None, str | None]:
         """The group's committed offsets for this topic and their metadata (the checkpoint id the sink wrote),
@@ -349,9 +501,10 @@ class KafkaSource:
         offsets = {partition: offset for partition, (offset, _) in found.items()}
         return SourceCheckpoint(self.name, self.settings.topic, offsets), metadata[0]
 
-    def committed_metadata(self) -> dict[int, tuple[int, str | None]]:
-        """Per partition the group committed, its offset and metadata string."""
-        asked = [TopicPartition(self.settings.topic, p) for p in self.partitions()]
+    def committed_metadata(self, partitions: list[int] | None = None) -> dict[int, tuple[int, str | None]]:
+        """Per partition the group committed (of ``partitions``, default all), its offset and metadata."""
+        asked = [TopicPartition(self.settings.topic, p) for p in (self.partitions() if partitions is None
+                                                                  else partitions)]
         try:
             answered = committed_offsets(self._consumer, asked, self.timeout)
         except TopicAdminError as error:

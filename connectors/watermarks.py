@@ -11,10 +11,9 @@ such rows are late.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import cast
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,6 +40,17 @@ class WatermarkTracker:
         for partition in partitions:
             self._last_seen.setdefault(partition, now)
 
+    def remove(self, partitions: Iterable[int]) -> None:
+        """Partitions that moved to another instance: they no longer hold the watermark back. The emitted
+        watermark stays (it never goes backwards)."""
+        for partition in partitions:
+            self._last_seen.pop(partition, None)
+            self._max_event_time.pop(partition, None)
+
+    def max_event_time(self, partition: int) -> int | None:
+        """The largest event time seen on ``partition``: committed with its offset, so it moves with it."""
+        return self._max_event_time.get(partition)
+
     def observe(self, partition: int, max_event_time_ms: int) -> None:
         now = self._clock()
         self._last_seen[partition] = now
@@ -65,19 +75,18 @@ class WatermarkTracker:
             return max(self._max_event_time.values()) - self.allowed_lateness_ms
         return None
 
-    def snapshot(self) -> bytes:
-        return orjson.dumps({"max_event_time": {str(p): t for p, t in self._max_event_time.items()},
-                             "emitted": self._emitted})
+    def max_event_times(self) -> dict[int, int]:
+        return dict(self._max_event_time)
 
-    def restore(self, data: bytes) -> None:
-        """Take over a snapshot's per-partition maxima and emitted watermark; restored partitions count as
-        just seen (idleness is wall-clock time of this process, not part of the snapshot)."""
-        decoded = orjson.loads(data)
+    def rewind(self, max_event_times: Mapping[int, int], emitted: int | None) -> None:
+        """Back to what was committed (an epoch was abandoned): per-partition maxima and the emitted
+        watermark, so replayed rows are judged as they were the first time. Rewound partitions count as
+        just seen (idleness is wall-clock time of this process)."""
         now = self._clock()
-        self._max_event_time = {int(p): t for p, t in decoded["max_event_time"].items()}
-        for partition in self._max_event_time:
+        self._max_event_time = dict(max_event_times)
+        for partition in self._last_seen:
             self._last_seen[partition] = now
-        self._emitted = decoded["emitted"]
+        self._emitted = emitted
 
 
 def event_times_ms(batch: pa.RecordBatch, column: str | None) -> pa.Array[pa.Int64Scalar]:

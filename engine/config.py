@@ -119,7 +119,7 @@ class SinkConfig(FormatConfig):
     delivery: Literal["exactly-once", "at-least-once"] = "exactly-once"
     key: str | None = None  # a column whose value becomes the record key
     include_metadata: list[str] = []  # __kafka_* columns to keep in the output
-    transaction_timeout: DurationMs = 60_000
+    transaction_timeout: DurationMs = 10_000  # short, as Kafka Streams: a new owner waits this long at most
     producer: dict[str, str] = {}
 
 
@@ -130,8 +130,7 @@ class DeadLetterConfig(_Strict):
 class CheckpointConfig(_Strict):
     interval: DurationMs = 1_000
     dir: Path | None = None  # default: ./state/<name>
-    timeout: DurationMs = 30_000
-    keep: int = Field(default=3, ge=1)
+    timeout: DurationMs = 5_000
 
 
 CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "client.dns.lookup", "socket.")
@@ -228,11 +227,6 @@ class ConnectorConfig(_Strict):
     def group_id(self) -> str:
         """The consumer group whose committed offsets (with checkpoint ids) are the pipeline's progress."""
         return f"epochline-{self.name}"
-
-    @property
-    def transactional_id(self) -> str:
-        """Stable per connector, so a restarted instance fences its predecessor at init_transactions."""
-        return f"epochline-{self.name}-0"
 
 
 def _describe(error: ValidationError, path: Path | str) -> str:

@@ -52,6 +52,9 @@ class Counters:
     late_rows_diverted: int = 0
     dead_letters: int = 0
     cycles_failed: int = 0
+    state_restores: int = 0
+    state_restore_seconds_total: float = 0.0
+    state_restore_bytes_total: int = 0
 
 
 class Metrics:
@@ -125,6 +128,14 @@ class Metrics:
         the epoch and replays it from the last checkpoint."""
         with self._lock:
             self._counters.cycles_failed += 1
+
+    def state_restored(self, operator: str, *, seconds: float, size_bytes: int) -> None:
+        """Keyed state of newly owned (or rewound) partitions read back from ``operator``'s changelog."""
+        with self._lock:
+            c = self._counters
+            c.state_restores += 1
+            c.state_restore_seconds_total += seconds
+            c.state_restore_bytes_total += size_bytes
 
     # -- reading ----------------------------------------------------------------------------------------
 
@@ -201,6 +212,11 @@ class _Collector:
         yield late
         yield _counter("epochline_dead_letters", "Records sent to the dead-letter topic", c.dead_letters)
         yield _counter("epochline_cycles_failed", "Cycles whose operators failed", c.cycles_failed)
+        yield _counter("epochline_state_restores", "Keyed state restores from changelogs", c.state_restores)
+        yield _counter("epochline_state_restore_seconds", "Time spent restoring keyed state from changelogs",
+                       c.state_restore_seconds_total)
+        yield _counter("epochline_state_restore_bytes", "Keyed state bytes read from changelogs",
+                       c.state_restore_bytes_total)
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

@@ -22,7 +22,16 @@ from sinks.errors import (
 )
 from sinks.produce import produce_all, produce_waiting
 from sinks.transactional import TransactionalKafkaSink
-from sinks.writer import EncodedRows, KafkaWriter, Produced, Sink, SinkSettings, encode_rows
+from sinks.writer import (
+    EncodedRows,
+    KafkaWriter,
+    OffsetCommit,
+    OutgoingRecord,
+    Produced,
+    Sink,
+    SinkSettings,
+    encode_rows,
+)
 
 __all__ = [
     "AtLeastOnceKafkaSink",
@@ -30,6 +39,8 @@ __all__ = [
     "EncodedRows",
     "EpochAborted",
     "KafkaWriter",
+    "OffsetCommit",
+    "OutgoingRecord",
     "Produced",
     "ProducerFenced",
     "ProducerWedged",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaException
 
 from connectors.admin import CLIENT_LOGGER
-from connectors.offset_metadata import tagged
 from schemas import Format
 from sinks.errors import EpochAborted
-from sinks.writer import KafkaWriter, SinkSettings
+from sinks.writer import KafkaWriter, OffsetCommit, SinkSettings
 
 
 class AtLeastOnceKafkaSink(KafkaWriter):
@@ -33,13 +34,14 @@ class AtLeastOnceKafkaSink(KafkaWriter):
     def begin_epoch(self) -> None:
         return None
 
-    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
+    def commit_epoch(self, commits: Sequence[OffsetCommit]) -> None:
         self.flush(self.settings.transaction_timeout_ms / 1000)
+        offsets = [tp for commit in commits for tp in commit.offsets]
         if offsets:
             try:
-                self._committer.commit(offsets=tagged(offsets, metadata), asynchronous=False)
+                self._committer.commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
-                raise EpochAborted(f"committing offsets ({metadata}) failed: {exc.args[0].str()}") from exc
+                raise EpochAborted(f"committing offsets ({offsets[0].metadata}) failed: {exc.args[0].str()}") from exc
 
     def abort_epoch(self) -> None:
         """Records already written stay written: at-least-once readers may see them twice after a rewind."""

@@ -61,6 +61,9 @@ def classify(error: KafkaError, what: str) -> SinkError | None:
             f"{what}: this instance was fenced by a newer one with the same transactional.id ({error.str()}); "
             "stopping so that only one instance writes"
         )
+    if error.code() == KafkaError._PREV_IN_PROGRESS:
+        return ProducerWedged(f"{what}: the previous attempt of this call never finished inside the producer "
+                              f"({error.str()}); restarting with a new producer")
     if error.fatal():
         return SinkFatal(f"{what}: fatal producer error: {error.str()}")
     if error.txn_requires_abort():

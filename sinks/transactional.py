@@ -11,15 +11,14 @@ dead-letter records, and the source offsets with the checkpoint id in their meta
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException
 
-from connectors.offset_metadata import tagged
 from schemas import Format
 from sinks.calls import with_retries, within_deadline
 from sinks.errors import ProducerWedged, SinkError
-from sinks.writer import KafkaWriter, SinkSettings
+from sinks.writer import KafkaWriter, OffsetCommit, SinkSettings
 
 log = logging.getLogger(__name__)
 
@@ -54,26 +53,31 @@ class TransactionalKafkaSink(KafkaWriter):
             with_retries(self.producer.begin_transaction, "begin_transaction", interrupted=self.interrupted)
             self._in_transaction = True
 
-    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
-        """The commit point: flush, send the offsets tagged with ``metadata`` (the checkpoint id), commit."""
+    def commit_epoch(self, commits: Sequence[OffsetCommit]) -> None:
+        """The commit point: flush, send each consumer's offsets (already carrying their metadata, the
+        checkpoint id) with that consumer's group metadata, commit."""
         self.begin_epoch()
         self.flush(self.settings.transaction_timeout_ms / 1000)
+        names = ", ".join(sorted({tp.metadata or "" for commit in commits for tp in commit.offsets}))
         try:
-            if offsets:
-                marked = tagged(offsets, metadata)
-                with_retries(lambda: within_deadline(
-                    lambda: self.producer.send_offsets_to_transaction(marked, group_metadata, 30),
-                    "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({metadata})",
-                    interrupted=self.interrupted)
+            for commit in commits:
+                if commit.offsets:
+                    self._send_offsets(commit, names)
             if self._before_commit is not None:
                 self._before_commit()
             with_retries(lambda: within_deadline(lambda: self.producer.commit_transaction(60),
-                                                 "commit_transaction", 120), f"commit_transaction({metadata})",
+                                                 "commit_transaction", 120), f"commit_transaction({names})",
                          interrupted=self.interrupted)
         except ProducerWedged:
             self._wedged = True
             raise
         self._in_transaction = False
+
+    def _send_offsets(self, commit: OffsetCommit, names: str) -> None:
+        with_retries(lambda: within_deadline(
+            lambda: self.producer.send_offsets_to_transaction(commit.offsets, commit.group_metadata, 30),
+            "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({names})",
+            interrupted=self.interrupted)
 
     def abort_epoch(self) -> None:
         if self._in_transaction:
@@ -91,6 +95,6 @@ class TransactionalKafkaSink(KafkaWriter):
             return
         try:
             self.abort_epoch()
-        except SinkError as error:
+            self.producer.flush(5)
+        except (SinkError, KafkaException) as error:  # fenced or fatal: nothing of this producer may commit now
             log.warning("abort on close failed", extra={"error": str(error)})
-        self.producer.flush(5)

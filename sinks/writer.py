@@ -15,7 +15,7 @@ from connectors.dead_letter import DeadLetter
 from connectors.metadata import is_metadata_column
 from schemas import Format
 from sinks.errors import NOT_AUTHORIZED_CODES, EpochAborted, SinkError, classify, not_authorized
-from sinks.produce import Headers, produce_all
+from sinks.produce import Headers, produce_all, produce_waiting
 
 FLUSH_SLICE_S = 0.5
 
@@ -53,6 +53,25 @@ def dead_letter_topic(settings: SinkSettings, letters: Sequence[DeadLetter]) -> 
     return settings.dead_letter_topic
 
 
+class OffsetCommit(NamedTuple):
+    """Offsets one consumer read, each carrying its metadata, and that consumer's group metadata (read at
+    commit time: it names the member and generation the group coordinator checks, so a member whose
+    partitions moved cannot commit them)."""
+
+    offsets: list[TopicPartition]
+    group_metadata: object
+
+
+class OutgoingRecord(NamedTuple):
+    """A record for an explicit partition (changelog and repartition records), produced in the open epoch."""
+
+    topic: str
+    partition: int
+    value: bytes | None
+    key: bytes | None = None
+    headers: Headers | None = None
+
+
 class Sink(Protocol):
     """What the pipeline needs of a sink, whatever its delivery guarantee."""
 
@@ -60,7 +79,8 @@ class Sink(Protocol):
     def begin_epoch(self) -> None: ...
     def write(self, table: pa.Table) -> Produced: ...
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int: ...
-    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None: ...
+    def write_records(self, records: Sequence[OutgoingRecord]) -> Produced: ...
+    def commit_epoch(self, commits: Sequence[OffsetCommit]) -> None: ...
     def abort_epoch(self) -> None: ...
     def is_backpressured(self) -> bool: ...
     def close(self) -> None: ...
@@ -141,6 +161,17 @@ class KafkaWriter:
         except KafkaException as exc:  # e.g. fenced, or no transaction open
             what = f"producing to topic {topic!r}"
             raise classify(exc.args[0], what) or SinkError(f"{what}: {exc.args[0].str()}") from exc
+
+    def write_records(self, records: Sequence[OutgoingRecord]) -> Produced:
+        """Produce records to the partitions they name (state changelogs, repartitioned rows)."""
+        for record in records:
+            try:
+                produce_waiting(self.producer, record.topic, record.value, record.key, record.headers,
+                                partition=record.partition)
+            except KafkaException as exc:
+                what = f"producing to topic {record.topic!r} partition {record.partition}"
+                raise classify(exc.args[0], what) or SinkError(f"{what}: {exc.args[0].str()}") from exc
+        return produced([record.value for record in records])
 
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
         letters = list(letters)

@@ -27,7 +27,7 @@ from engine.batch.store import Outcome, Spend
 from engine.config import ConnectorConfig
 from engine.transforms import OperatorRuntimeError
 from engine.wiring import SOURCE_NAME, build_chain, build_sink, input_schema, source_format, source_settings
-from sinks import EpochAborted
+from sinks import EpochAborted, OffsetCommit
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +220,6 @@ class ItemProcessor:
     def _commit(self, item: BatchItem, run_id: str, spend: Spend) -> None:
         """The commit point: the item's offset (metadata naming item and run) and output, in one transaction."""
         source = self._source(item.partition)
-        offsets = [TopicPartition(self.topic, item.partition, item.end)]
-        self.sink.commit_epoch(offsets, item_metadata(self.options.batch_id, item, run_id, spend),
-                               source.consumer_group_metadata())
+        metadata = item_metadata(self.options.batch_id, item, run_id, spend)
+        offsets = [TopicPartition(self.topic, item.partition, item.end, metadata=metadata)]
+        self.sink.commit_epoch([OffsetCommit(offsets, source.consumer_group_metadata())])

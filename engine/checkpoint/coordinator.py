@@ -116,11 +116,21 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
+class EpochControl(Protocol):
+    """What the pipeline may ask of the coordinator from inside a rebalance callback: commit the epoch now
+    (partitions are about to be revoked) or abandon it (they were lost). Safe there because the coordinator
+    polls one source per cycle, so when a callback runs every record handed out is already processed."""
+
+    def checkpoint(self) -> bool: ...
+    def abandon(self, reason: str) -> None: ...
+
+
 class PipelineCallback(Protocol):
     """The seam between the coordinator and sources' consumers, operators, state and sinks."""
 
-    def recover(self) -> list[Source]:
-        """Fence older instances, restore the last committed checkpoint and return positioned sources."""
+    def recover(self, control: EpochControl) -> list[Source]:
+        """Fence older instances and return the sources; each partition's committed state is restored when
+        the group assigns it (``control`` serves the commits and aborts rebalances need)."""
 
     def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
         """Split off rows behind the current watermark (dropped or dead-lettered, counted either way)."""
@@ -180,6 +190,7 @@ class StreamingCoordinator:
         self._controls: list[ControlMessage] = []
         self._paused = False
         self._dirty = False
+        self._turn = 0
         self.checkpoints_committed = 0
         self.checkpoints_abandoned = 0
 
@@ -223,7 +234,7 @@ class StreamingCoordinator:
     def start(self) -> None:
         """Recovery: the callback fences older instances, restores the committed state and hands over the
         positioned sources. ``run`` starts with it; a caller stepping cycles itself (the test driver) too."""
-        self._sources = {source.name: source for source in self.callback.recover()}
+        self._sources = {source.name: source for source in self.callback.recover(self)}
 
     def _all_reached(self, ends: Mapping[str, Mapping[int, int]]) -> bool:
         return all(source.reached(ends.get(name, {})) for name, source in self._sources.items())
@@ -231,11 +242,7 @@ class StreamingCoordinator:
     def run_cycle(self) -> int:
         """One cycle: poll, filter late rows, watermarks, execute, write. Returns batches polled."""
         started = time.perf_counter_ns()
-        polled: list[tuple[str, SourceBatch]] = []
-        for name, source in self._sources.items():
-            batch = source.poll_batch(self.settings.poll_timeout_s / max(1, len(self._sources)))
-            if batch is not None:
-                polled.append((name, batch))
+        polled = self._poll_one()
         # Late rows are judged against the watermark from before this cycle, then watermarks advance.
         batches = [self.callback.filter_late_rows(name, batch) for name, batch in polled]
         for (name, _), batch in zip(polled, batches):
@@ -252,6 +259,24 @@ class StreamingCoordinator:
         events = sum(batch.batch.num_rows for batch in batches)
         self.callback.record_cycle(events, len(batches), time.perf_counter_ns() - started)
         return len(batches)
+
+    def _poll_one(self) -> list[tuple[str, SourceBatch]]:
+        """A batch of the first source that has one, taking turns. One source per cycle, because a poll may
+        run a rebalance callback that commits the epoch: nothing another source handed out may be waiting
+        unprocessed then, or the commit's cut would cover records whose output was never written."""
+        names = list(self._sources)
+        for turn in range(len(names)):
+            name = names[(self._turn + turn) % len(names)]
+            batch = self._sources[name].poll_batch(self.settings.poll_timeout_s / len(names))
+            if batch is not None:
+                self._turn = (self._turn + turn + 1) % len(names)
+                return [(name, batch)]
+        return []
+
+    def abandon(self, reason: str) -> None:
+        """Abort the open epoch and rewind every source to the last committed cut (partitions were lost)."""
+        self._rewind(None, reason)
+        self.checkpoints_abandoned += 1
 
     def _on_cycle_failure(self, failure: CycleFailed) -> None:
         if not self.callback.fault_on_cycle_error():

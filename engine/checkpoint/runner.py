@@ -29,6 +29,7 @@ from engine.checkpoint.coordinator import (
 )
 from engine.checkpoint.pipeline import KafkaPipeline, RecoveryError
 from engine.config import ConnectorConfig
+from engine.instance import InstanceNameError, resolve_instance
 from engine.logs import set_context
 from engine.metrics import Metrics
 from engine.state import StateDirLocked
@@ -64,6 +65,8 @@ class RunOptions:
     restart_backoff_s: float = 2.0
     crash_point: CrashPoint | None = None
     progress: RunProgress | None = None
+    instance: str | None = None
+    """This instance's name in the connector's group (``engine.instance.resolve_instance``)."""
 
 
 def bootstrap_from(flag: str | None) -> str:
@@ -92,6 +95,11 @@ def run_connector(config: ConnectorConfig, options: RunOptions) -> None:
 
 
 def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> None:
+    try:
+        instance = resolve_instance(config, options.instance)
+    except InstanceNameError as error:
+        raise ConnectorFailed(f"{config.name}: {error}") from error
+    set_context(connector=config.name, instance=instance.name)
     client = client_config(config)
     if not _kafka_answers(config, options, client, stop):
         return
@@ -105,8 +113,8 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     observer = options.progress.positions if options.progress is not None else None
     restarts = 0
     while True:
-        pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, cycle_observer=observer,
-                                 stop=stop)
+        pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, instance=instance,
+                                 cycle_observer=observer, stop=stop)
         coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(
             checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at=stop_at), stop=stop)
         try:

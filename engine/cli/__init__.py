@@ -1,6 +1,6 @@
 """The ``epochline`` command line: a thin shell over library calls.
 
-Each subcommand lives in the module of its group (``connector``: run and validate; ``batch``; ``broker``)
+Each subcommand lives in the module of its group (``connector``: run and validate; ``status``; ``batch``; ``broker``)
 and calls one library function, so everything it does can be tested without spawning a process. Every
 failure it knows about exits 2 with one readable line naming the problem.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from connectors import SourceError, TopicAdminError
 from engine.batch import BatchJobError, BatchStoreError
 from engine.checkpoint import ConnectorFailed
-from engine.cli import batch, broker, connector
+from engine.cli import batch, broker, connector, status
 from engine.cli.common import CommandFailed
 from engine.config import ConfigError
 from engine.logs import configure_logging
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_commands(commands)
     connector.add_commands(commands)
     batch.add_commands(commands)
+    status.add_commands(commands)
     return parser
 
 

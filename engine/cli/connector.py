@@ -16,7 +16,7 @@ from engine.validation import validate_offline, validate_online
 def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     options = RunOptions(bootstrap=bootstrap_from(args.bootstrap_servers), stop_at_end=args.stop_at_end,
-                         crash_point=crash_point())
+                         crash_point=crash_point(), instance=args.instance)
     if not args.stop_at_end or args.log_mode != "text":
         run_connector(config, options)
         return 0
@@ -44,7 +44,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument("config", type=Path)
     add_bootstrap_argument(run)
     run.add_argument("--stop-at-end", action="store_true",
-                     help="capture the end offsets at start; exit 0 once everything up to them is committed")
+                     help="capture the end offsets at start; exit 0 once the group committed everything up to them")
+    run.add_argument("--instance", help="this instance's stable name within the connector's group (default: "
+                                        "$EPOCHLINE_INSTANCE, else a name generated once and kept in the state dir)")
     run.set_defaults(handler=_run)
     validate = commands.add_parser("validate", help="check a connector config without running it")
     validate.add_argument("config", type=Path)

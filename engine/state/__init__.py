@@ -8,6 +8,8 @@
 - ``lock.StateDirLock``: one live process per checkpoint directory.
 - ``snapshots.CheckpointCoordinator``: captures every registered ``OperatorState`` under one id,
   persists it, and reports success only for an id captured *and* durably written.
+- ``keyed.KeyedState``: state kept per source partition (snapshot, restore, drop one partition), so that in
+  group mode a partition's state moves with the partition through its changelog (DESIGN.md, group mode).
 
 The protocol that decides when these run is ``engine.checkpoint``.
 """
@@ -24,6 +26,7 @@ from engine.state.errors import (
 )
 from engine.state.files import CheckpointMetadata, FileCheckpointStorage, StoredCheckpoint, write_atomically
 from engine.state.ids import CheckpointIdLog
+from engine.state.keyed import KeyedState
 from engine.state.lock import StateDirLock
 from engine.state.snapshots import (
     CheckpointCoordinator,
@@ -47,6 +50,7 @@ __all__ = [
     "CheckpointSettings",
     "CheckpointStateMismatch",
     "FileCheckpointStorage",
+    "KeyedState",
     "OperatorState",
     "OutcomeStatus",
     "StateDirLock",

@@ -9,9 +9,10 @@ runs the connector's real ``KafkaPipeline`` under the real ``StreamingCoordinato
 watermarks, the operator chain, windows, transform-error handling, checkpoint capture and restore), over an
 in-memory topic that decodes with the source code's own ``decode_records`` and an in-memory sink that
 encodes with the sinks' own ``encode_rows``. Output becomes visible the way a ``read_committed`` reader
-sees it: when the epoch's checkpoint commits. The in-memory commit records the cut with its checkpoint id,
-exactly as the transactional sink does, so ``snapshot`` and a new driver built from it go through the real
-recovery path (committed checkpoint id, state files restored, sources resumed at the cut).
+sees it: when the epoch's checkpoint commits. The in-memory commit records the cut with its checkpoint id and
+the changed window state as changelog records, exactly as the transactional sink does, so ``snapshot`` and
+a new driver built from it go through the real recovery path (partitions assigned, state restored from the
+changelog, sources resumed at the committed offsets).
 """
 
 from __future__ import annotations
@@ -24,18 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import TopicPartition
 
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter
-from connectors.source import RecordColumns, SourceBatch, SourceSettings, decode_records
+from connectors.source import PartitionListener, RecordColumns, SourceBatch, SourceSettings, decode_records
 from connectors.watermarks import WatermarkTracker, observe_batch
 from engine.checkpoint import CoordinatorSettings, KafkaPipeline, StreamingCoordinator
 from engine.config import ConnectorConfig, load_config
+from engine.instance import Instance
 from engine.metrics import Metrics
 from engine.wiring import sink_format, sink_settings, source_format
 from schemas import Format, make_format
-from sinks import Produced, encode_rows
+from sinks import OffsetCommit, OutgoingRecord, Produced, encode_rows
 from sinks.writer import dead_letter_topic, produced
 
 NO_TIMESTAMP = -1
@@ -59,20 +60,22 @@ class _Record:
 
 @dataclass(frozen=True)
 class DriverSnapshot:
-    """What a later driver restores from: the input topic, the committed cut with its checkpoint id (what
-    Kafka would hold), and the checkpoint directory (what the instance's disk would hold)."""
+    """What a later driver restores from: what Kafka would hold (the input topic, the committed cut with its
+    checkpoint ids, the changelog topics' last committed state per partition)."""
 
     topic: dict[int, list[_Record]]
     committed: dict[int, tuple[int, str]]
-    state_files: dict[str, bytes]
+    changelogs: dict[str, dict[int, bytes]]
 
 
 class _MemoryTopic:
-    """The source topic's partitions, and the group's committed offsets with their metadata."""
+    """The source topic's partitions, the group's committed offsets with their metadata, and the committed
+    state records of the changelog topics (the last one per partition: what compaction keeps)."""
 
     def __init__(self, partitions: int) -> None:
         self.records: dict[int, list[_Record]] = {partition: [] for partition in range(partitions)}
         self.committed: dict[int, tuple[int, str]] = {}
+        self.changelogs: dict[str, dict[int, bytes]] = {}
 
     def end(self, partition: int) -> int:
         return len(self.records[partition])
@@ -90,13 +93,19 @@ class _MemorySource:
         self._topic = topic
         self._positions: dict[int, int] = {}
 
-    def open(self, start_at: SourceCheckpoint | None = None) -> None:
-        self.watermarks.assign(self._topic.records)
-        self._positions = {partition: self._start(partition) for partition in self._topic.records}
-        if start_at is not None:
-            self._positions.update(start_at.offsets)
+    def subscribe(self, listener: PartitionListener) -> None:
+        """One instance, so the group gives it every partition at once."""
+        partitions = self.partitions()
+        self._positions = dict(listener.assigned(self.name, partitions))
+        self.watermarks.assign(partitions)
 
-    def _start(self, partition: int) -> int:
+    def partitions(self) -> list[int]:
+        return sorted(self._topic.records)
+
+    def owned(self) -> list[int]:
+        return sorted(self._positions)
+
+    def start_offset(self, partition: int) -> int:
         return 0 if self.settings.start_from == "earliest" else self._topic.end(partition)
 
     def poll_batch(self, timeout: float) -> SourceBatch | None:
@@ -128,14 +137,9 @@ class _MemorySource:
     def reached(self, ends: Mapping[int, int]) -> bool:
         return all(self._positions.get(partition, 0) >= end for partition, end in ends.items())
 
-    def committed(self) -> tuple[SourceCheckpoint | None, str | None]:
-        if not self._topic.committed:
-            return None, None
-        offsets = {partition: offset for partition, (offset, _) in self._topic.committed.items()}
-        return SourceCheckpoint(self.name, self.settings.topic, offsets), next(iter(self._topic.committed.values()))[1]
-
-    def committed_metadata(self) -> dict[int, tuple[int, str | None]]:
-        return {partition: (offset, text) for partition, (offset, text) in self._topic.committed.items()}
+    def committed_metadata(self, partitions: list[int] | None = None) -> dict[int, tuple[int, str | None]]:
+        return {partition: (offset, text) for partition, (offset, text) in self._topic.committed.items()
+                if partitions is None or partition in partitions}
 
     def observe_event_times(self, batch: pa.RecordBatch) -> None:
         observe_batch(self.watermarks, batch, self.settings.event_time_column)
@@ -168,6 +172,7 @@ class _MemorySink:
         self.dead_letters: list[DriverRecord] = []
         self._pending_output: list[DriverRecord] = []
         self._pending_dead_letters: list[DriverRecord] = []
+        self._pending_records: list[OutgoingRecord] = []
 
     def start(self) -> None:
         return None
@@ -190,17 +195,40 @@ class _MemorySink:
                                        for letter in letters]
         return len(letters)
 
-    def commit_epoch(self, offsets: list[TopicPartition], metadata: str, group_metadata: object) -> None:
+    def write_records(self, records: Sequence[OutgoingRecord]) -> Produced:
+        self._pending_records += records
+        return produced([record.value for record in records])
+
+    def commit_epoch(self, commits: Sequence[OffsetCommit]) -> None:
         self.output += self._pending_output
         self.dead_letters += self._pending_dead_letters
+        for record in self._pending_records:
+            self._topic.changelogs.setdefault(record.topic, {})[record.partition] = record.value or b""
         self.abort_epoch()
-        self._topic.committed.update({tp.partition: (tp.offset, metadata) for tp in offsets})
+        self._topic.committed.update({tp.partition: (tp.offset, tp.metadata or "")
+                                      for commit in commits for tp in commit.offsets})
 
     def abort_epoch(self) -> None:
-        self._pending_output, self._pending_dead_letters = [], []
+        self._pending_output, self._pending_dead_letters, self._pending_records = [], [], []
 
     def is_backpressured(self) -> bool:
         return False
+
+    def close(self) -> None:
+        return None
+
+
+class _MemoryChangelog:
+    """The changelog topics of ``_MemoryTopic``: what the sink committed is what a restore reads."""
+
+    def __init__(self, topic: _MemoryTopic) -> None:
+        self._topic = topic
+
+    def ensure(self, topic: str, partitions: int) -> None:
+        self._topic.changelogs.setdefault(topic, {})
+
+    def latest(self, topic: str, partition: int) -> bytes | None:
+        return self._topic.changelogs.get(topic, {}).get(partition)
 
     def close(self) -> None:
         return None
@@ -211,7 +239,7 @@ class TransformTestDriver:
 
     ``send`` and ``send_raw`` queue records; ``output``, ``dead_letters``, ``advance_event_time`` and
     ``snapshot`` first process everything queued and commit it, as the connector would at its next
-    checkpoint. Checkpoint files go to a temporary directory that ``close`` removes.
+    checkpoint. The instance's files (checkpoint id log, lock) go to a temporary directory ``close`` removes.
     """
 
     def __init__(self, config: ConnectorConfig | Path | str, *, partitions: int = 1,
@@ -223,13 +251,14 @@ class TransformTestDriver:
         if restore is not None:
             self._topic.records = {p: list(records) for p, records in restore.topic.items()}
             self._topic.committed = dict(restore.committed)
-            for name, content in restore.state_files.items():
-                (self._state_dir / name).write_bytes(content)
+            self._topic.changelogs = {name: dict(parts) for name, parts in restore.changelogs.items()}
         self._source_format = source_format(self.config)
         self._sink = _MemorySink(self.config, self._topic)
         self.metrics = Metrics()
         pipeline = KafkaPipeline(self.config, "in-memory", self.metrics,
-                                 open_source=lambda settings: _MemorySource(settings, self._topic), sink=self._sink)
+                                 instance=Instance(self.config.name, "driver", self._state_dir),
+                                 open_source=lambda settings: _MemorySource(settings, self._topic),
+                                 sink=self._sink, changelog=_MemoryChangelog(self._topic))
         self._coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(checkpoint_interval_s=0,
                                                                                poll_timeout_s=0))
         self._coordinator.start()
@@ -284,12 +313,10 @@ class TransformTestDriver:
     # -- checkpoints -----------------------------------------------------------------------------------
 
     def snapshot(self) -> DriverSnapshot:
-        """Commit what is queued, and hand back what a restarted instance would find."""
+        """Commit what is queued, and hand back what a restarted instance would find in Kafka."""
         self._process()
-        files = {path.name: path.read_bytes() for path in self._state_dir.iterdir() if path.is_file()
-                 and path.name != "owner.lock"}
         return DriverSnapshot({p: list(r) for p, r in self._topic.records.items()}, dict(self._topic.committed),
-                              files)
+                              {name: dict(parts) for name, parts in self._topic.changelogs.items()})
 
     def close(self) -> None:
         self._coordinator.close()

@@ -1,7 +1,8 @@
 """Transform steps a connector runs every cycle: DuckDB SQL, Python functions and keyed event-time windows.
 
 - ``operator``: the ``Operator`` protocol and its errors (config errors at start, runtime errors per cycle);
-- ``sql``, ``functions``, ``windows``: the three kinds of step;
+- ``sql``, ``functions``, ``windows``: the three kinds of step (window state is kept per source partition:
+  ``WindowState`` is an ``engine.state.KeyedState``);
 - ``chain``: runs the steps in order and times each one.
 
 Which step a config line becomes is decided in ``engine.wiring``.
@@ -11,7 +12,7 @@ from engine.transforms.chain import OperatorChain, build_chain
 from engine.transforms.functions import PythonOperator, load_function
 from engine.transforms.operator import Operator, OperatorConfigError, OperatorRuntimeError
 from engine.transforms.sql import SqlOperator
-from engine.transforms.windows import END_OF_INPUT_WATERMARK, WindowOperator, WindowSpec
+from engine.transforms.windows import END_OF_INPUT_WATERMARK, WindowOperator, WindowSpec, WindowState
 
 __all__ = [
     "END_OF_INPUT_WATERMARK",
@@ -23,6 +24,7 @@ __all__ = [
     "SqlOperator",
     "WindowOperator",
     "WindowSpec",
+    "WindowState",
     "build_chain",
     "load_function",
 ]

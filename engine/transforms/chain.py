@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from engine.state import OperatorState
+from engine.state import KeyedState
 from engine.transforms.operator import Operator, OperatorConfigError, OperatorRuntimeError
 
 
@@ -47,7 +47,8 @@ class OperatorChain:
         return table
 
     @property
-    def states(self) -> dict[str, OperatorState]:
+    def states(self) -> dict[str, KeyedState]:
+        """Stateful operators' state by operator name (their names key the changelog topics)."""
         return {step.name: step.state for step in self.steps if step.state is not None}
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from engine.state import OperatorState
+from engine.state import KeyedState
 from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError
 
 
@@ -96,7 +96,7 @@ class PythonOperator:
         )
 
     @property
-    def state(self) -> OperatorState | None:
+    def state(self) -> KeyedState | None:
         return None
 
 

@@ -4,8 +4,9 @@ Every operator works on whole Arrow tables: one call to ``process`` per cycle, r
 are checked once at start (``validate``) against the schema they will receive, so a bad query, a bad function
 path or a bad window spec stops the connector before it reads anything instead of crashing mid-stream.
 
-Stateful operators (windows) expose an ``OperatorState`` (``engine.state``); the checkpoint coordinator
-snapshots it at each checkpoint and restores it on recovery. SQL and Python operators are stateless: their
+Stateful operators (windows) expose a ``KeyedState`` (``engine.state``), kept per source partition: each
+checkpoint writes the changed partitions to the operator's changelog topic, and a partition's next owner
+restores it from there. SQL and Python operators are stateless: their
 output depends on the cycle's rows only, which is what makes replaying an aborted epoch produce the same
 output.
 
@@ -20,7 +21,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from engine.state import OperatorState
+from engine.state import KeyedState
 
 
 class OperatorConfigError(ValueError):
@@ -43,4 +44,4 @@ class Operator(Protocol):
         ...
 
     @property
-    def state(self) -> OperatorState | None: ...
+    def state(self) -> KeyedState | None: ...

@@ -7,7 +7,7 @@ from typing import cast
 import duckdb
 import pyarrow as pa
 
-from engine.state import OperatorState
+from engine.state import KeyedState
 from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError
 
 INPUT_VIEW = "input"
@@ -71,5 +71,5 @@ class SqlOperator:
         return self._relation
 
     @property
-    def state(self) -> OperatorState | None:
+    def state(self) -> KeyedState | None:
         return None

@@ -1,43 +1,59 @@
-"""Keyed tumbling and hopping windows over event time, with checkpointable state.
+"""Keyed tumbling and hopping windows over event time, with state kept per source partition.
 
 How a cycle runs (``WindowOperator.process(table, watermark)``), all of it vectorised with pyarrow:
 
 1. Each row's event time (``time_column``, timestamp of any unit/zone or int64 epoch ms) is assigned to every
    window containing it: ``window_start <= t < window_start + size``, window starts being multiples of the
    slide (of the size for tumbling windows), counted from the epoch.
-2. Assignments to windows that were already emitted (``window_end <= `` the highest watermark seen before
-   this cycle) are ignored and counted in ``ignored_late_assignments``: a window is emitted exactly once and
-   never updated. The source is expected to filter or divert late rows before they get here; this is the
-   safety net that keeps state consistent when it does not. Rows without an event time are dropped and
-   counted in ``rows_without_event_time``.
-3. The remaining assignments are pre-aggregated per (key, window) and merged into the open windows' partial
-   aggregates (count, sum, min, max; avg is kept as sum and count).
-4. Every open window whose end has been passed by the watermark (``window_end <= watermark``) is emitted and
-   dropped from state. Rows of this cycle count towards windows this cycle's watermark closes.
+2. Assignments to windows that were already emitted for the row's source partition (``window_end <=`` that
+   partition's ``emitted_through``) are ignored and counted in ``ignored_late_assignments``: a window is
+   emitted exactly once and never updated. The source is expected to filter or divert late rows before they
+   get here; this is the safety net that keeps state consistent when it does not. Rows without an event
+   time are dropped and counted in ``rows_without_event_time``.
+3. The remaining assignments are pre-aggregated per (source partition, key, window) and merged into the open
+   windows' partial aggregates (count, sum, min, max; avg is kept as sum and count).
+4. If the cycle has a watermark W, every partition that holds state or got rows this cycle advances its
+   ``emitted_through`` to ``max(emitted_through, W)``; every open window whose end its partition's
+   ``emitted_through`` has reached is emitted and dropped from state. Rows of this cycle count towards
+   windows this cycle's watermark closes.
+
+State per source partition (the ``__kafka_partition`` column, which the input must therefore carry): in
+group mode connector instances share a topic's partitions, and when a partition moves to another instance
+its windows must move with it, through a compacted changelog topic holding one record per partition
+(DESIGN.md, "Group mode", rule 1). So the partials and ``emitted_through`` are kept per partition, and
+``WindowState`` implements ``engine.state.KeyedState``: snapshot, restore and drop one partition, and which
+partitions changed. A window therefore aggregates the rows of one partition: the input must be partitioned
+by the window key (a key spread over several partitions gives one row per partition and window), else it is
+re-keyed through a repartition topic first (rule 2). Internally the partition is one more group-by column
+of the partials, so one group-by still does a whole cycle.
 
 Output: the key columns, ``window_start`` and ``window_end`` (timestamp ms UTC), then the aggregates in the
-order given; rows ordered by window end, then by key (nulls last). A null key is a key of its own.
+order given; rows ordered by window end, then by key (nulls last), then by source partition. A null key is a
+key of its own. The source partition is not an output column.
 
 End of input: ``process(empty_table, END_OF_INPUT_WATERMARK)`` emits every open window, like the final
 MAX watermark Flink sends when a bounded source ends.
 
 Determinism (which exactly-once replay relies on: a restored run must emit the same rows as the original):
-aggregation runs single-threaded so floating-point sums add in a fixed order, and snapshots are the partial
-aggregates sorted by window and key, written as one Arrow IPC stream.
+aggregation runs single-threaded so floating-point sums add in a fixed order, and a partition's snapshot is
+its partial aggregates sorted by window and key, written as one Arrow IPC stream with the partition's
+``emitted_through`` in the schema metadata. The whole-state snapshot the checkpoint files hold
+(``WindowState.snapshot``) is the partitions' snapshots side by side.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.metadata import TIMESTAMP
+from connectors.metadata import PARTITION, TIMESTAMP
 from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError
 from schemas.event_time import event_time_ms, floor_divide, is_event_time_type
 
@@ -48,9 +64,22 @@ END_OF_INPUT_WATERMARK = 2**63 - 1
 """The watermark that closes every window: pass it with an empty table when bounded input ends."""
 
 OUTPUT_TIMESTAMP = pa.timestamp("ms", tz="UTC")
-STATE_FORMAT = "1"
+STATE_FORMAT = "2"
+"""Version of the snapshot layout; ``restore`` refuses any other. 2: state per source partition."""
 _RESERVED_PREFIX = "__window"
 _WINDOW_START = "__window_start"
+_PARTITION = "__window_partition"
+"""The row's source partition (``__kafka_partition`` as int32): the first group-by column of the partials."""
+_PARTITION_TYPE = pa.int32()
+_MIN_INT64 = -(2**63)
+
+_FORMAT_KEY = "epochline.window.format"
+_SPEC_KEY = "epochline.window.spec"
+_CONTENT_KEY = "epochline.window.content"
+_PARTITION_KEY = "epochline.window.partition"
+_EMITTED_KEY = "epochline.window.emitted_through"
+_ONE_PARTITION = "partition"
+_ALL_PARTITIONS = "all-partitions"
 _AGGREGATE = re.compile(r"^\s*(count|sum|min|max|avg)\s*\(\s*(.+?)\s*\)\s*$", re.IGNORECASE)
 
 PartialFunction = Literal["count_all", "count", "sum", "min", "max"]
@@ -136,11 +165,16 @@ def parse_aggregate(output: str, expression: str, operator_name: str) -> Aggrega
 
 
 class WindowState:
-    """The open windows' partial aggregates plus how far windows have been emitted.
+    """The open windows' partial aggregates plus how far windows have been emitted, per source partition.
 
-    ``partials``: one row per open (key, window) with the key columns, ``__window_start`` (int64 epoch ms)
-    and one column per partial aggregate; ``None`` until the first rows arrive. ``emitted_through``: the
-    highest watermark seen; every window ending at or before it has been emitted.
+    ``partials``: one row per open (partition, key, window) with ``__window_partition`` (int32), the key
+    columns, ``__window_start`` (int64 epoch ms) and one column per partial aggregate; ``None`` until the
+    first rows arrive. ``emitted_through``: per partition, the highest watermark it has seen; every window
+    of that partition ending at or before it has been emitted. A partition absent from it has emitted
+    nothing.
+
+    Implements ``engine.state.KeyedState`` (per partition) and ``engine.state.OperatorState`` (every
+    partition at once, built from the per-partition snapshots, for the checkpoint files).
     """
 
     def __init__(self, fingerprint: str, key: list[str], operator_name: str) -> None:
@@ -150,23 +184,157 @@ class WindowState:
         ]
         self._operator_name = operator_name
         self.partials: pa.Table | None = None
-        self.emitted_through: int | None = None
+        self._emitted_through: dict[int, int] = {}
+        self._changed: set[int] = set()
+        self.partials_schema: pa.Schema | None = None
+        """The partials' schema the validated input produces; restored partitions must have it."""
+
+    @property
+    def emitted_through(self) -> dict[int, int]:
+        """Partition -> the highest watermark it has seen (a copy)."""
+        return dict(self._emitted_through)
+
+    # -- KeyedState -----------------------------------------------------------------------------------
+
+    def changed_partitions(self) -> set[int]:
+        return set(self._changed)
+
+    def clear_changed(self) -> None:
+        self._changed.clear()
+
+    def partitions(self) -> set[int]:
+        return self._partitions_with_rows() | set(self._emitted_through)
+
+    def snapshot_partition(self, partition: int) -> bytes:
+        """Arrow IPC stream of the partition's partials sorted by window and key (without the partition
+        column), its partition and ``emitted_through`` in the schema metadata: equal state gives equal bytes.
+        A partition without open windows is a stream without columns."""
+        rows = self._rows_of(partition)
+        table = pa.table({}) if rows.num_rows == 0 else rows.drop_columns([_PARTITION]).sort_by(self._order)
+        emitted = self._emitted_through.get(partition)
+        return _write_stream(table, {
+            **self._identity(_ONE_PARTITION),
+            _PARTITION_KEY: str(partition),
+            _EMITTED_KEY: "" if emitted is None else str(emitted),
+        })
+
+    def restore_partition(self, partition: int, data: bytes | None) -> None:
+        """Replace the partition's state by ``data`` (from ``snapshot_partition``; None: fresh). A snapshot
+        of another format, spec, partition or partials schema is refused and leaves the state as it was."""
+        rows, emitted = (None, None) if data is None else self._decode_partition(partition, data)
+        if rows is not None:
+            self._check_schema(rows.schema, self._held_schema())
+        self.drop_partition(partition)
+        if emitted is not None:
+            self._emitted_through[partition] = emitted
+        if rows is not None:
+            current = self.partials
+            self.partials = rows if current is None or current.num_rows == 0 else pa.concat_tables([current, rows])
+
+    def drop_partition(self, partition: int) -> None:
+        if self.partials is not None and self.partials.num_rows:
+            others = pc.not_equal(self.partials[_PARTITION], pa.scalar(partition, _PARTITION_TYPE))
+            self.partials = self.partials.filter(others)
+        self._emitted_through.pop(partition, None)
+        self._changed.discard(partition)
+
+    # -- OperatorState: every partition at once -------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        """Arrow IPC stream of the partials sorted by window and key: equal state gives equal bytes."""
-        table = self.partials.sort_by(self._order) if self.partials is not None else pa.table({})
-        metadata = {
-            "epochline.window.format": STATE_FORMAT,
-            "epochline.window.spec": self._fingerprint,
-            "epochline.window.emitted_through": "" if self.emitted_through is None else str(self.emitted_through),
-        }
-        table = table.replace_schema_metadata(metadata).combine_chunks()
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return sink.getvalue().to_pybytes()
+        """Every partition holding state, as an Arrow IPC stream of (partition, that partition's
+        ``snapshot_partition`` bytes) sorted by partition: equal state gives equal bytes."""
+        partitions = sorted(self.partitions())
+        table = pa.table({
+            "partition": pa.array(partitions, _PARTITION_TYPE),
+            "state": pa.array([self.snapshot_partition(p) for p in partitions], pa.large_binary()),
+        })
+        return _write_stream(table, self._identity(_ALL_PARTITIONS))
 
     def restore(self, data: bytes) -> None:
+        """Replace the state of every partition by ``data`` (from ``snapshot``): partitions not in it are
+        dropped, and no partition counts as changed (the state now equals what was written)."""
+        table, _ = self._read(data, _ALL_PARTITIONS)
+        pieces: list[pa.Table] = []
+        emitted_through: dict[int, int] = {}
+        partitions = table["partition"].to_pylist() if table.num_columns else []
+        blobs = table["state"].to_pylist() if table.num_columns else []
+        for partition, blob in zip(partitions, blobs, strict=True):
+            if partition is None or blob is None:
+                raise OperatorRuntimeError(
+                    f"operator {self._operator_name!r}: window state has a partition entry without partition "
+                    "or state")
+            rows, emitted = self._decode_partition(partition, blob)
+            if rows is not None:
+                self._check_schema(rows.schema, pieces[0].schema if pieces else None)
+                pieces.append(rows)
+            if emitted is not None:
+                emitted_through[partition] = emitted
+        if len(set(partitions)) != len(partitions):
+            raise OperatorRuntimeError(f"operator {self._operator_name!r}: window state names a partition twice")
+        self.partials = pa.concat_tables(pieces) if pieces else None
+        self._emitted_through = emitted_through
+        self._changed.clear()
+
+    # -- used by the operator's cycle -----------------------------------------------------------------
+
+    def mark_changed(self, partitions: Iterable[int]) -> None:
+        self._changed.update(partitions)
+
+    def advance(self, watermark: int, partitions: Iterable[int]) -> None:
+        """Each of ``partitions`` has now seen ``watermark`` (a lower one changes nothing)."""
+        for partition in partitions:
+            old = self._emitted_through.get(partition)
+            if old is None or watermark > old:
+                self._emitted_through[partition] = watermark
+                self._changed.add(partition)
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _identity(self, content: str) -> dict[str, str]:
+        return {_FORMAT_KEY: STATE_FORMAT, _SPEC_KEY: self._fingerprint, _CONTENT_KEY: content}
+
+    def _partitions_with_rows(self) -> set[int]:
+        if self.partials is None or self.partials.num_rows == 0:
+            return set()
+        return _distinct(self.partials[_PARTITION])
+
+    def _rows_of(self, partition: int) -> pa.Table:
+        if self.partials is None:
+            return pa.table({})
+        return self.partials.filter(pc.equal(self.partials[_PARTITION], pa.scalar(partition, _PARTITION_TYPE)))
+
+    def _held_schema(self) -> pa.Schema | None:
+        """The schema restored rows must share with the rows already held."""
+        if self.partials is None or self.partials.num_rows == 0:
+            return None
+        return self.partials.schema
+
+    def _check_schema(self, schema: pa.Schema, other: pa.Schema | None) -> None:
+        for expected, what in ((self.partials_schema, "the input now produces"), (other, "the state holds")):
+            if expected is not None and not schema.equals(expected):
+                raise OperatorConfigError(
+                    f"operator {self._operator_name!r}: restored window state has columns {schema} but {what} "
+                    f"{expected}"
+                )
+
+    def _decode_partition(self, partition: int, data: bytes) -> tuple[pa.Table | None, int | None]:
+        """A partition snapshot -> its partials (with the partition column; None if it has no open windows)
+        and its ``emitted_through``."""
+        table, metadata = self._read(data, _ONE_PARTITION)
+        if metadata.get(_PARTITION_KEY) != str(partition):
+            raise OperatorRuntimeError(
+                f"operator {self._operator_name!r}: window state of partition {metadata.get(_PARTITION_KEY)} "
+                f"cannot be restored as partition {partition}"
+            )
+        emitted = metadata.get(_EMITTED_KEY, "")
+        if not table.num_columns:
+            return None, int(emitted) if emitted else None
+        rows = table.add_column(0, pa.field(_PARTITION, _PARTITION_TYPE),
+                                pa.repeat(pa.scalar(partition, _PARTITION_TYPE), table.num_rows))
+        return rows, int(emitted) if emitted else None
+
+    def _read(self, data: bytes, content: str) -> tuple[pa.Table, dict[str, str]]:
+        """A snapshot's table (without schema metadata) and metadata, after checking format, spec and kind."""
         try:
             table = pa.ipc.open_stream(data).read_all()
         except pa.ArrowInvalid as exc:
@@ -174,19 +342,30 @@ class WindowState:
                 f"operator {self._operator_name!r}: window state is not a readable Arrow IPC stream: {exc}"
             ) from exc
         metadata = {key.decode(): value.decode() for key, value in (table.schema.metadata or {}).items()}
-        if metadata.get("epochline.window.format") != STATE_FORMAT:
+        if metadata.get(_FORMAT_KEY) != STATE_FORMAT:
             raise OperatorRuntimeError(
                 f"operator {self._operator_name!r}: window state has format "
-                f"{metadata.get('epochline.window.format')!r}, this version reads {STATE_FORMAT!r}"
+                f"{metadata.get(_FORMAT_KEY)!r}, this version reads {STATE_FORMAT!r}"
             )
-        if metadata.get("epochline.window.spec") != self._fingerprint:
+        if metadata.get(_SPEC_KEY) != self._fingerprint:
             raise OperatorConfigError(
                 f"operator {self._operator_name!r}: checkpointed window state was written for spec "
-                f"{metadata.get('epochline.window.spec')}, not for the configured {self._fingerprint}"
+                f"{metadata.get(_SPEC_KEY)}, not for the configured {self._fingerprint}"
             )
-        emitted_through = metadata["epochline.window.emitted_through"]
-        self.emitted_through = int(emitted_through) if emitted_through else None
-        self.partials = table.replace_schema_metadata(None) if table.num_columns else None
+        if metadata.get(_CONTENT_KEY) != content:
+            raise OperatorRuntimeError(
+                f"operator {self._operator_name!r}: window state holds {metadata.get(_CONTENT_KEY)!r}, "
+                f"expected {content!r}"
+            )
+        return table.replace_schema_metadata(None), metadata
+
+
+def _write_stream(table: pa.Table, metadata: dict[str, str]) -> bytes:
+    table = table.replace_schema_metadata(metadata).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 class WindowOperator:
@@ -228,6 +407,7 @@ class WindowOperator:
                 f"operator {self.name!r}: restored window state has columns {state.schema} but the input now "
                 f"produces {partials.schema}"
             )
+        self._state.partials_schema = partials.schema
         self._output_schema = output.schema
         return output.schema
 
@@ -237,9 +417,8 @@ class WindowOperator:
         if self._output_schema is None and table.num_columns:
             self.validate(table.schema)
         try:
-            if table.num_rows:
-                self._absorb(table)
-            return self._emit(watermark)
+            arrived = self._absorb(table) if table.num_rows else set()
+            return self._emit(watermark, arrived)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError) as exc:
             raise OperatorRuntimeError(f"operator {self.name!r}: window cycle failed: {exc}") from exc
 
@@ -290,6 +469,17 @@ class WindowOperator:
             raise OperatorConfigError(
                 f"operator {self.name!r}: input has no column(s) {missing}; it has {schema.names}"
             )
+        if PARTITION not in schema.names:
+            raise OperatorConfigError(
+                f"operator {self.name!r}: input has no {PARTITION!r} column; window state is kept per source "
+                f"partition, so keep {PARTITION} in the preceding step's output (e.g. SELECT ..., {PARTITION} "
+                f"FROM input); it has {schema.names}"
+            )
+        partition_type = schema.field(PARTITION).type
+        if not pa.types.is_integer(partition_type):
+            raise OperatorConfigError(
+                f"operator {self.name!r}: partition column {PARTITION!r} is {partition_type}; it must be an integer"
+            )
         time_type = schema.field(self.spec.event_time_column).type
         if not is_event_time_type(time_type):
             raise OperatorConfigError(
@@ -309,26 +499,39 @@ class WindowOperator:
 
     # -- one cycle ------------------------------------------------------------------------------------
 
-    def _absorb(self, table: pa.Table) -> None:
+    def _absorb(self, table: pa.Table) -> set[int]:
+        """Merge the cycle's rows into state; returns the partitions the cycle has rows of."""
+        partitions = table[PARTITION]
+        if partitions.null_count:
+            raise OperatorRuntimeError(
+                f"operator {self.name!r}: {partitions.null_count} row(s) have no {PARTITION}; window state is "
+                "kept per source partition"
+            )
+        arrived = _distinct(partitions)
         partials = self._pre_aggregate(table)
         if partials.num_rows == 0:
-            return
+            return arrived
         current = self._state.partials
         if current is None or current.num_rows == 0:
             self._state.partials = partials
         else:
             self._state.partials = self._merge(pa.concat_tables([current, partials]))
+        self._state.mark_changed(_distinct(partials[_PARTITION]))
+        return arrived
 
     def _pre_aggregate(self, table: pa.Table) -> pa.Table:
-        """The cycle's rows as partial aggregates per (key, window start), late assignments removed."""
+        """The cycle's rows as partial aggregates per (partition, key, window start), late assignments
+        removed."""
         assigned = self._assign_windows(table)
-        emitted_through = self._state.emitted_through
-        if emitted_through is not None and assigned.num_rows:
-            on_time = pc.greater(assigned[_WINDOW_START], pa.scalar(emitted_through - self.spec.size_ms))
-            kept = assigned.filter(on_time)
-            self.ignored_late_assignments += assigned.num_rows - kept.num_rows
-            assigned = kept
-        groups = [*self.spec.key, _WINDOW_START]
+        if assigned.num_rows:
+            emitted = self._emitted_window_starts(assigned[_PARTITION])
+            if emitted is not None:
+                # No threshold (null): nothing of that partition was emitted yet.
+                on_time = _booleans(pc.greater(assigned[_WINDOW_START], emitted)).fill_null(pa.scalar(True))
+                kept = assigned.filter(on_time)
+                self.ignored_late_assignments += assigned.num_rows - kept.num_rows
+                assigned = kept
+        groups = [_PARTITION, *self.spec.key, _WINDOW_START]
         grouped = assigned.group_by(groups, use_threads=False).aggregate(
             [(_column_selector(p), p.function) for p in self._partials]
         )
@@ -347,7 +550,8 @@ class WindowOperator:
                                "rows": times.null_count})
             has_time = pc.is_valid(times)
             table, times = table.filter(has_time), times.filter(has_time)
-        columns = {key: table[key] for key in self.spec.key}
+        columns = {_PARTITION: table[PARTITION].cast(_PARTITION_TYPE)}
+        columns.update({key: table[key] for key in self.spec.key})
         for partial in self._partials:
             if partial.source is not None:
                 columns[_internal_source(partial.source)] = table[partial.source]
@@ -361,7 +565,7 @@ class WindowOperator:
         return pa.concat_tables(pieces)
 
     def _merge(self, partials: pa.Table) -> pa.Table:
-        groups = [*self.spec.key, _WINDOW_START]
+        groups = [_PARTITION, *self.spec.key, _WINDOW_START]
         merged = partials.group_by(groups, use_threads=False).aggregate(
             [(p.column, p.merge) for p in self._partials]
         )
@@ -369,23 +573,41 @@ class WindowOperator:
             [*groups, *(p.column for p in self._partials)]
         )
 
-    def _emit(self, watermark: int | None) -> pa.Table:
+    def _emit(self, watermark: int | None, arrived: set[int]) -> pa.Table:
+        """Advance the partitions holding state or having rows this cycle to ``watermark``; emit the windows
+        their ``emitted_through`` has reached."""
         state = self._state
-        if watermark is not None and (state.emitted_through is None or watermark > state.emitted_through):
-            state.emitted_through = watermark
+        if watermark is not None:
+            state.advance(watermark, state.partitions() | arrived)
         partials = state.partials
         if partials is None:
             return self._empty_output()
-        if state.emitted_through is None:
+        emitted_starts = self._emitted_window_starts(partials[_PARTITION]) if partials.num_rows else None
+        if emitted_starts is None:
             return self._finalize(partials.slice(0, 0))
-        due = pc.less_equal(partials[_WINDOW_START], pa.scalar(state.emitted_through - self.spec.size_ms))
+        due = _booleans(pc.less_equal(partials[_WINDOW_START], emitted_starts)).fill_null(pa.scalar(False))
         emitted = partials.filter(due)
-        state.partials = partials.filter(pc.invert(due))
+        if emitted.num_rows:
+            state.partials = partials.filter(pc.invert(due))
+            state.mark_changed(_distinct(emitted[_PARTITION]))
         return self._finalize(emitted)
 
+    def _emitted_window_starts(self, partitions: pa.ChunkedArray[Any]) -> pa.ChunkedArray[Any] | None:
+        """Per row of ``partitions``: the highest window start its partition has emitted through
+        (``emitted_through - size``), null where the partition emitted nothing; None if no partition did."""
+        emitted_through = self._state.emitted_through
+        if not emitted_through:
+            return None
+        starts = [max(end - self.spec.size_ms, _MIN_INT64) for end in emitted_through.values()]
+        index = pc.index_in(partitions, value_set=pa.array(list(emitted_through), _PARTITION_TYPE))
+        # ``index`` is chunked like ``partitions``, so the result is a ChunkedArray too.
+        return cast("pa.ChunkedArray[Any]", pc.take(pa.array(starts, pa.int64()), index))
+
     def _finalize(self, partials: pa.Table) -> pa.Table:
-        """Partial aggregates of closed windows -> output rows, ordered by window end then key."""
-        ordered = partials.sort_by([(_WINDOW_START, "ascending"), *((k, "ascending") for k in self.spec.key)])
+        """Partial aggregates of closed windows -> output rows (without the partition), ordered by window end,
+        then key, then partition."""
+        ordered = partials.sort_by([(_WINDOW_START, "ascending"), *((k, "ascending") for k in self.spec.key),
+                                    (_PARTITION, "ascending")])
         starts = ordered[_WINDOW_START]
         columns = {key: ordered[key] for key in self.spec.key}
         columns["window_start"] = starts.cast(OUTPUT_TIMESTAMP)
@@ -397,6 +619,16 @@ class WindowOperator:
     def _empty_output(self) -> pa.Table:
         """No open windows: an empty table of the output schema (no columns if the input was never seen)."""
         return self._output_schema.empty_table() if self._output_schema is not None else pa.table({})
+
+
+def _distinct(partitions: pa.ChunkedArray[Any]) -> set[int]:
+    """The partitions occurring in a partition column (one Python int per distinct partition)."""
+    return {partition for partition in pc.unique(partitions).to_pylist() if partition is not None}
+
+
+def _booleans(values: object) -> pa.ChunkedArray[pa.BooleanScalar]:
+    """A comparison of two ChunkedArrays, typed as what it is (the stubs type it as an Array)."""
+    return cast("pa.ChunkedArray[pa.BooleanScalar]", values)
 
 
 def _final_value(aggregate: Aggregate, partials: pa.Table) -> pa.ChunkedArray[Any]:

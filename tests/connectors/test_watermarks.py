@@ -95,18 +95,30 @@ def test_watermark_never_goes_backwards_when_an_idle_partition_wakes_up(clock: F
     assert tracker.current() == 60_000
 
 
-def test_snapshot_restores_maxima_and_emitted_watermark(clock: FakeClock) -> None:
+def test_a_rewind_goes_back_to_the_committed_maxima_and_emitted_watermark(clock: FakeClock) -> None:
     tracker = WatermarkTracker(0, 10_000, clock)
     tracker.observe(0, 4_000)
     tracker.observe(1, 9_000)
     assert tracker.current() == 4_000
-    restored = WatermarkTracker(0, 10_000, clock)
-    restored.restore(tracker.snapshot())
-    assert restored.current() == 4_000
-    restored.observe(0, 3_000)
-    assert restored.current() == 4_000
-    restored.observe(0, 12_000)
-    assert restored.current() == 9_000
+    committed = tracker.max_event_times(), tracker.current()
+    tracker.observe(0, 8_000)
+    assert tracker.current() == 8_000  # an epoch that will be abandoned moved it on
+    tracker.rewind(*committed)
+    assert tracker.current() == 4_000
+    tracker.observe(0, 3_000)
+    assert tracker.current() == 4_000
+    tracker.observe(0, 12_000)
+    assert tracker.current() == 9_000
+
+
+def test_a_partition_that_moved_away_no_longer_holds_the_watermark_back(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 10_000, clock)
+    tracker.assign([0, 1])
+    tracker.observe(0, 4_000)
+    assert tracker.current() is None  # partition 1 has not delivered yet
+    tracker.remove([1])
+    assert tracker.current() == 4_000
+    assert tracker.max_event_time(1) is None
 
 
 def _batch(times: list[int | None], partitions: list[int] | None = None) -> pa.RecordBatch:

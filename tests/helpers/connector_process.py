@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,13 +84,20 @@ def start_connector(config_path: Path, bootstrap: str, *, stop_at_end: bool = Fa
     return Connector(process, log_path)
 
 
-def produce_values(bootstrap: str, topic: str, rows: list[bytes], partitions: int, seconds: float = 0.0) -> None:
-    """Write ``rows`` round-robin over the partitions, spread evenly over ``seconds`` (a live stream)."""
+KeyOf = Callable[[int], tuple[int, bytes]]
+"""Record index -> (partition, key): rows keyed like a keyed producer would write them."""
+
+
+def produce_values(bootstrap: str, topic: str, rows: list[bytes], partitions: int, seconds: float = 0.0,
+                   key_of: KeyOf | None = None) -> None:
+    """Write ``rows`` round-robin over the partitions (or where ``key_of`` puts them, with its key), spread
+    evenly over ``seconds`` (a live stream)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
                          "enable.idempotence": True})  # a broker bounce must not duplicate the input
     started = time.monotonic()
     for index, value in enumerate(rows):
-        produce_waiting(producer, topic, value, partition=index % partitions, wait_s=0.1)
+        partition, key = key_of(index) if key_of is not None else (index % partitions, None)
+        produce_waiting(producer, topic, value, key, partition=partition, wait_s=0.1)
         if seconds and index % 1000 == 0:
             producer.poll(0)
             ahead = started + seconds * index / len(rows) - time.monotonic()
@@ -102,9 +109,10 @@ def produce_values(bootstrap: str, topic: str, rows: list[bytes], partitions: in
 class LiveInput:
     """A producer thread writing the input while connectors are started and killed."""
 
-    def __init__(self, bootstrap: str, topic: str, rows: list[bytes], partitions: int, seconds: float) -> None:
-        self._thread = threading.Thread(target=produce_values, args=(bootstrap, topic, rows, partitions, seconds),
-                                        daemon=True)
+    def __init__(self, bootstrap: str, topic: str, rows: list[bytes], partitions: int, seconds: float,
+                 key_of: KeyOf | None = None) -> None:
+        self._thread = threading.Thread(target=produce_values, args=(bootstrap, topic, rows, partitions, seconds,
+                                                                     key_of), daemon=True)
         self._thread.start()
 
     def join(self, timeout: float = 120) -> None:

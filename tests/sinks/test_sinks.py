@@ -15,7 +15,15 @@ from connectors.dead_letter import DeadLetter
 from connectors.offset_metadata import checkpoint_id_from_metadata, checkpoint_metadata
 from engine.testing import read_values
 from schemas import FormatSpec, make_format
-from sinks import EpochAborted, ProducerFenced, ProducerWedged, SinkFatal, SinkSettings, TransactionalKafkaSink
+from sinks import (
+    EpochAborted,
+    OffsetCommit,
+    ProducerFenced,
+    ProducerWedged,
+    SinkFatal,
+    SinkSettings,
+    TransactionalKafkaSink,
+)
 from sinks.calls import within_deadline
 from sinks.errors import classify
 
@@ -47,7 +55,7 @@ def test_a_committed_epoch_carries_output_dead_letters_and_tagged_offsets(kafka_
     sink.begin_epoch()
     sink.write(ROWS)
     sink.write_dead_letters([DeadLetter("in", 0, 5, b"k", b"{bad", "not JSON", "decode")])
-    sink.commit_epoch([TopicPartition(source_topic, 0, 42)], checkpoint_metadata(7), metadata)
+    sink.commit_epoch([OffsetCommit([TopicPartition(source_topic, 0, 42, metadata=checkpoint_metadata(7))], metadata)])
     sink.close()
 
     assert sorted(orjson.loads(v)["id"] for v in read_values(kafka_bootstrap, unique_topic)) == [1, 2, 3]
@@ -64,7 +72,7 @@ def test_metadata_columns_are_not_written_unless_selected(kafka_bootstrap: str, 
     sink.begin_epoch()
     sink.write(ROWS.select(["id"]).append_column("__kafka_partition", pa.array([0, 0, 0], pa.int32()))
                .append_column("__kafka_offset", ROWS.column("__kafka_offset")))
-    sink.commit_epoch([], checkpoint_metadata(1), metadata)
+    sink.commit_epoch([OffsetCommit([], metadata)])
     sink.close()
     rows = [orjson.loads(v) for v in read_values(kafka_bootstrap, unique_topic)]
     assert sorted(rows, key=lambda r: r["id"])[0] == {"id": 1, "__kafka_offset": 10}
@@ -91,7 +99,7 @@ def test_a_newer_instance_fences_the_older_one(kafka_bootstrap: str, unique_topi
     new = sink_for(kafka_bootstrap, unique_topic)
     new.start()
     with pytest.raises(ProducerFenced, match="fenced"):
-        old.commit_epoch([], checkpoint_metadata(1), metadata)
+        old.commit_epoch([OffsetCommit([], metadata)])
     new.close()
     assert read_values(kafka_bootstrap, unique_topic) == []
 

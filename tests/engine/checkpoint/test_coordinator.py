@@ -91,7 +91,7 @@ class FakeCallback:
         self.faults_since_commit = 0
         self.extra_source: FakeSource | None = None
 
-    def recover(self) -> list[FakeSource]:
+    def recover(self, control: object) -> list[FakeSource]:
         self.calls.append("recover")
         return list(self.sources)
 
@@ -176,10 +176,10 @@ def test_a_cycle_filters_then_extracts_watermarks_then_executes_then_writes() ->
     coordinator = _coordinator(callback)
     coordinator._sources = {s.name: s for s in callback.sources}
     coordinator.run_cycle()
-    assert callback.calls == [
-        "filter_late_rows:a", "filter_late_rows:b", "extract_watermark:a", "extract_watermark:b",
-        "current_watermark", "execute_cycle", "write_to_sinks", "record_cycle",
-    ]
+    coordinator.run_cycle()
+    one_cycle = ["current_watermark", "execute_cycle", "write_to_sinks", "record_cycle"]
+    assert callback.calls == ["filter_late_rows:a", "extract_watermark:a", *one_cycle,
+                              "filter_late_rows:b", "extract_watermark:b", *one_cycle]
 
 
 def test_stop_at_end_commits_everything_exactly_once_and_closes() -> None:
@@ -190,16 +190,19 @@ def test_stop_at_end_commits_everything_exactly_once_and_closes() -> None:
     assert callback.sources[0].closed
 
 
-def test_barriers_cut_both_sources_at_what_they_handed_out() -> None:
+def test_sources_take_turns_one_per_cycle_and_barriers_cut_both_at_what_they_handed_out() -> None:
     a, b = FakeSource("a", [[1, 2], [3]]), FakeSource("b", [[10], [11, 12]])
     callback = FakeCallback([a, b])
     coordinator = _coordinator(callback)
     coordinator._sources = {"a": a, "b": b}
     coordinator.run_cycle()
+    assert (a.handed_out, b.handed_out) == (2, 0)  # a poll may commit (a revoke): nothing may wait unprocessed
+    coordinator.run_cycle()
     assert coordinator.checkpoint()
     checkpoint_id, cuts = callback.checkpoints[-1]
     assert {name: cut.offsets[0] for name, cut in cuts.items()} == {"a": 2, "b": 1}
     coordinator.run_cycle()  # polled after the barrier: belongs to the next epoch
+    coordinator.run_cycle()
     assert callback.committed == [1, 2, 10]
     assert callback.epoch_output == [3, 11, 12]
 
@@ -301,6 +304,7 @@ def test_control_messages_add_and_drop_streams_between_cycles() -> None:
     coordinator._sources = {"a": a}
     coordinator.submit(ControlMessage("add", "b"))
     coordinator._apply_controls()
+    coordinator.run_cycle()
     coordinator.run_cycle()
     coordinator.submit(ControlMessage("drop", "a"))
     coordinator._apply_controls()

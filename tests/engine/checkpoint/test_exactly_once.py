@@ -73,8 +73,17 @@ def topics(kafka_bootstrap: str, unique_topic: str) -> dict[str, str]:
     return names
 
 
+def user_of(i: int) -> int:
+    return i % 50
+
+
+def keyed_by_user(i: int) -> tuple[int, bytes]:
+    """Records keyed by user, so each user's rows share a partition (as the window's state needs)."""
+    return user_of(i) % PARTITIONS, f"u{user_of(i)}".encode()
+
+
 def live_input(bootstrap: str, topic: str, seconds: float) -> LiveInput:
-    return LiveInput(bootstrap, topic, [order(i) for i in range(RECORDS)], PARTITIONS, seconds)
+    return LiveInput(bootstrap, topic, [order(i) for i in range(RECORDS)], PARTITIONS, seconds, keyed_by_user)
 
 
 SQL = {"sql": "SELECT id, amount * 2 AS amount2 FROM input WHERE amount >= 0"}
@@ -167,7 +176,7 @@ def final_watermark() -> int:
     newest = {}
     for i in range(RECORDS):
         if not is_poison(i):
-            newest[i % PARTITIONS] = BASE_TS_MS + i * 10
+            newest[keyed_by_user(i)[0]] = BASE_TS_MS + i * 10
     return min(newest.values())
 
 
@@ -182,8 +191,8 @@ def epoch_ms(value: int | str) -> int:
 def test_windowed_aggregation_is_exact_across_random_kills(kafka_bootstrap: str, topics: dict[str, str],
                                                            tmp_path: Path) -> None:
     transform = [
-        {"sql": "SELECT user, amount, ts FROM input WHERE amount >= 0"},
-        {"window": {"kind": "tumbling", "size": "10s", "key": ["user"], "time_column": "ts",
+        {"sql": "SELECT user, amount, ts, __kafka_key, __kafka_partition FROM input WHERE amount >= 0"},
+        {"window": {"kind": "tumbling", "size": "10s", "key": ["__kafka_key", "user"], "time_column": "ts",
                     "aggregates": {"total": "sum(amount)", "n": "count(*)"}}},
     ]
     config = connector_config(tmp_path, f"window-{topics['sink']}", topics["source"], topics["sink"],

@@ -18,13 +18,14 @@ from engine.transforms import (
 from engine.transforms.windows import END_OF_INPUT_WATERMARK, WindowOperator, WindowSpec
 from tests.helpers import REPO_ROOT
 
-ORDERS_SCHEMA = pa.schema([("customer", pa.string()), ("amount_cents", pa.int64()), ("ts", pa.int64())])
+ORDERS_SCHEMA = pa.schema([("customer", pa.string()), ("amount_cents", pa.int64()), ("ts", pa.int64()),
+                           ("__kafka_partition", pa.int32())])
 
 
 def orders(rows: list[tuple[str | None, int, int]]) -> pa.Table:
     customers, amounts, times = zip(*rows) if rows else ((), (), ())
-    return pa.table({"customer": list(customers), "amount_cents": list(amounts), "ts": list(times)},
-                    schema=ORDERS_SCHEMA)
+    return pa.table({"customer": list(customers), "amount_cents": list(amounts), "ts": list(times),
+                     "__kafka_partition": [0] * len(rows)}, schema=ORDERS_SCHEMA)
 
 
 @pytest.fixture
@@ -132,7 +133,7 @@ def test_python_operator_runs_the_example_transform(monkeypatch: pytest.MonkeyPa
     operator = PythonOperator("examples.transforms:tag_large_orders", name="tag")
     schema = operator.validate(ORDERS_SCHEMA)
     result = operator.process(orders([("ann", 250_00, 1), (None, 5, 2), ("bob", 99, 3)]), watermark=None)
-    assert schema.names == ["customer", "amount_cents", "ts", "amount", "large"]
+    assert schema.names == ["customer", "amount_cents", "ts", "__kafka_partition", "amount", "large"]
     assert [(r["customer"], r["amount"], r["large"]) for r in result.to_pylist()] == [
         ("ann", 250.0, True), ("bob", 0.99, False)]
 

@@ -1,12 +1,15 @@
 """Randomised: the window operator emits exactly what a plain-Python reference emits, cycle by cycle.
 
-Streams of keyed events are cut into random cycles, each with a watermark that may stay, advance or be
-absent; the stream ends with the end-of-input flush. The reference is dicts over the same events, written
-from the documented semantics (a row counts in every window ``start <= t < start + size``; windows already
-emitted ignore further rows; a window is emitted, ordered by end then key, in the first cycle whose
-watermark reaches its end). The same comparison must hold when the run is cut at a random cycle, the state
-snapshotted, and the rest run on a fresh operator restored from the bytes: in this process, and in a fresh
-Python process.
+Streams of keyed events from a few source partitions are cut into random cycles, each with a watermark that
+may stay, advance or be absent; the stream ends with the end-of-input flush. The reference is dicts over the
+same events, written from the documented semantics (a row counts in every window ``start <= t < start +
+size`` of its partition; windows already emitted for its partition ignore further rows; a partition holding
+state or getting rows advances to the cycle's watermark; a window is emitted, ordered by end, key, then
+partition, in the first cycle its partition's watermark reaches its end). The same comparison must hold
+when the run is cut at a random cycle, the state snapshotted, and the rest run on a fresh operator restored
+from the bytes: whole or partition by partition, in this process, and in a fresh Python process. And since
+state is per partition, one operator per partition, each fed its partition's rows, emits together what one
+operator emits.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import itertools
 import json
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +26,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connectors.metadata import PARTITION
 from engine.transforms.windows import END_OF_INPUT_WATERMARK, WindowOperator, WindowSpec
 
 AGGREGATES = {"n": "count(*)", "c": "count(x)", "s": "sum(x)", "lo": "min(x)", "hi": "max(x)", "a": "avg(x)"}
@@ -31,7 +36,7 @@ TIME_TYPES = {
     "timestamp ns": (pa.timestamp("ns"), 1_000_000),
 }
 
-Event = tuple[str, int, int, int | None]  # key k, key g, event time ms, value x
+Event = tuple[str, int, int, int | None, int]  # key k, key g, event time ms, value x, source partition
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,21 @@ class Scenario:
             "g": pa.array([e[1] for e in events], pa.int32()),
             "ts": pa.array([e[2] * per_ms + offset for e in events], pa.int64()).cast(arrow_type),
             "x": pa.array([e[3] for e in events], pa.int64()),
+            PARTITION: pa.array([e[4] for e in events], pa.int32()),
         })
 
     def all_cycles(self) -> list[tuple[pa.Table, int | None]]:
         """The scenario's cycles as Arrow tables, then the end-of-input flush."""
         return [(self.table(events), watermark) for events, watermark in self.cycles] + [
             (self.table([]), END_OF_INPUT_WATERMARK)]
+
+    def partitions(self) -> set[int]:
+        return {event[4] for events, _ in self.cycles for event in events}
+
+    def only(self, partition: int) -> Scenario:
+        """The same cycles and watermarks with only the rows of ``partition``."""
+        cycles = [([e for e in events if e[4] == partition], watermark) for events, watermark in self.cycles]
+        return Scenario(self.spec, self.time_type, self.sub_ms, cycles)
 
 
 @st.composite
@@ -65,7 +79,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     key = draw(st.sampled_from([[], ["k"], ["k", "g"]]))
     aggregates = dict(draw(st.lists(st.sampled_from(list(AGGREGATES.items())), min_size=1, unique=True)))
     event = st.tuples(st.sampled_from("abc"), st.integers(0, 2), st.integers(-30, 120),
-                      st.none() | st.integers(-1000, 1000))
+                      st.none() | st.integers(-1000, 1000), st.integers(0, 2))
     events = draw(st.lists(event, max_size=40))
     cuts = sorted(draw(st.lists(st.integers(0, len(events)), max_size=8)))
     bounds = [0, *cuts, len(events)]
@@ -92,22 +106,24 @@ def reference(scenario: Scenario) -> list[list[dict]]:
     """Rows emitted per cycle (end-of-input flush last), from plain dicts over the events."""
     spec = scenario.spec
     step = spec.slide_ms or spec.size_ms
-    open_windows: dict[tuple, list[int | None]] = {}
-    emitted_through: int | None = None
+    open_windows: dict[tuple[int, tuple, int], list[int | None]] = {}  # (start, key, partition) -> values
+    emitted_through: dict[int, int] = {}  # per partition
     emitted = []
     for events, watermark in [*scenario.cycles, ([], END_OF_INPUT_WATERMARK)]:
-        for k, g, t, x in events:
+        for k, g, t, x, partition in events:
             key = tuple({"k": k, "g": g}[column] for column in spec.key)
             first = (t - spec.size_ms) // step * step
             for start in range(first, t + 1, step):
                 inside = start <= t < start + spec.size_ms
-                already_emitted = emitted_through is not None and start + spec.size_ms <= emitted_through
+                already_emitted = start + spec.size_ms <= emitted_through.get(partition, -(2**63))
                 if inside and not already_emitted:
-                    open_windows.setdefault((start, key), []).append(x)
-        if watermark is not None and (emitted_through is None or watermark > emitted_through):
-            emitted_through = watermark
-        due = sorted(w for w in open_windows if emitted_through is not None and w[0] + spec.size_ms <= emitted_through)
-        emitted.append([reference_row(spec, start, key, open_windows.pop((start, key))) for start, key in due])
+                    open_windows.setdefault((start, key, partition), []).append(x)
+        if watermark is not None:
+            holding = {w[2] for w in open_windows} | set(emitted_through) | {e[4] for e in events}
+            for partition in holding:
+                emitted_through[partition] = max(emitted_through.get(partition, watermark), watermark)
+        due = sorted(w for w in open_windows if w[0] + spec.size_ms <= emitted_through.get(w[2], -(2**63)))
+        emitted.append([reference_row(spec, start, key, open_windows.pop((start, key, p))) for start, key, p in due])
     return emitted
 
 
@@ -163,6 +179,37 @@ def test_windows_restored_from_a_snapshot_continue_exactly(scenario: Scenario, d
     second = fresh_operator(scenario)
     second.state.restore(first.state.snapshot())
     assert before + run(second, cycles[cut:]) == reference(scenario)
+
+
+@settings(max_examples=50, deadline=None)
+@given(scenarios(), st.data())
+def test_windows_restored_partition_by_partition_continue_exactly(scenario: Scenario, data: st.DataObject) -> None:
+    cycles = scenario.all_cycles()
+    cut = data.draw(st.integers(0, len(cycles)), label="cut")
+    first = fresh_operator(scenario)
+    before = run(first, cycles[:cut])
+    second = fresh_operator(scenario)
+    for partition in sorted(first.state.partitions()):
+        second.state.restore_partition(partition, first.state.snapshot_partition(partition))
+    assert second.state.snapshot() == first.state.snapshot()
+    assert before + run(second, cycles[cut:]) == reference(scenario)
+
+
+def as_multiset(emitted: list[list[dict]]) -> Counter[tuple]:
+    return Counter(tuple(sorted(row.items())) for cycle in emitted for row in cycle)
+
+
+@settings(max_examples=50, deadline=None)
+@given(scenarios())
+def test_one_operator_per_partition_emits_together_what_one_operator_emits(scenario: Scenario) -> None:
+    together = run(fresh_operator(scenario), scenario.all_cycles())
+    apart: list[list[dict]] = [[] for _ in together]
+    for partition in scenario.partitions():
+        alone = scenario.only(partition)
+        for cycle, rows in zip(apart, run(fresh_operator(alone), alone.all_cycles()), strict=True):
+            cycle.extend(rows)
+    assert [as_multiset([cycle]) for cycle in apart] == [as_multiset([cycle]) for cycle in together]
+    assert as_multiset(apart) == as_multiset(together)
 
 
 RESUME_IN_FRESH_PROCESS = """

@@ -1,0 +1,244 @@
+"""Instances of one connector share its partitions through the consumer group, exactly once.
+
+Every test runs real ``epochline run`` processes against the real broker, kills, stalls or adds instances
+while the input streams in, and then compares the multiset of ids read with ``read_committed`` against the
+input, and checks that no output partition is left behind an open transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from connectors.admin import GroupMissing, create_topic, describe_group
+from engine.testing import read_values
+from tests.helpers.connector_process import Connector, LiveInput, json_field_counts, start_connector, write_config
+
+PARTITIONS = 6
+RECORDS = 200_000
+SQL = {"sql": "SELECT id, amount * 2 AS amount2 FROM input WHERE amount >= 0"}
+SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "amount": {"type": "number"}},
+          "required": ["id", "amount"]}
+
+
+def order(i: int) -> bytes:
+    return orjson.dumps({"id": i, "amount": -1.0 if i % 10 == 0 else float(i % 1000)})
+
+
+def expected_ids(records: int) -> Counter:
+    return Counter(i for i in range(records) if i % 10 != 0)
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str, unique_topic: str) -> dict[str, str]:
+    names = {"source": f"{unique_topic}-in", "sink": f"{unique_topic}-out", "dlq": f"{unique_topic}-dlq"}
+    create_topic(kafka_bootstrap, names["source"], PARTITIONS)
+    create_topic(kafka_bootstrap, names["sink"], PARTITIONS)
+    create_topic(kafka_bootstrap, names["dlq"], 1)
+    return names
+
+
+def group_config(tmp_path: Path, name: str, topics: dict[str, str], consumer: dict[str, str] | None = None) -> Path:
+    schema_path = tmp_path / "order.schema.json"
+    schema_path.write_bytes(orjson.dumps(SCHEMA))
+    return write_config(tmp_path, {
+        "name": name,
+        "source": {"topic": topics["source"], "format": "json", "schema": str(schema_path),
+                   "max_batch_records": 2000, "consumer": consumer or {}},
+        "transform": [SQL],
+        "sink": {"topic": topics["sink"], "format": "json", "delivery": "exactly-once"},
+        "dead_letter": {"topic": topics["dlq"]},
+        "checkpoint": {"interval": "500ms", "dir": str(tmp_path / "state")},
+    })
+
+
+class Instances:
+    """Named ``epochline run`` processes of one config; a restarted name is the same group member."""
+
+    def __init__(self, config: Path, bootstrap: str) -> None:
+        self.config, self.bootstrap = config, bootstrap
+        self.running: dict[str, Connector] = {}
+        self.exited: list[Connector] = []
+
+    def start(self, name: str, *, faults: str = "", stop_at_end: bool = False) -> Connector:
+        connector = start_connector(self.config, self.bootstrap, faults=faults, stop_at_end=stop_at_end,
+                                    log_name=name, extra_args=["--instance", name])
+        self.running[name] = connector
+        return connector
+
+    def kill(self, name: str) -> None:
+        connector = self.running.pop(name)
+        connector.kill()
+        self.exited.append(connector)
+
+    def stop(self, name: str) -> None:
+        """SIGTERM: a final commit, then exit (or die at an injected fault in that commit)."""
+        connector = self.running.pop(name)
+        connector.process.send_signal(signal.SIGTERM)
+        assert connector.wait(60) == 0 or connector.crashed_by_fault(), connector.log_tail()
+        self.exited.append(connector)
+
+    def close(self) -> None:
+        for name in list(self.running):
+            self.kill(name)
+
+
+@pytest.fixture
+def instances_of() -> Iterator[list[Instances]]:
+    made: list[Instances] = []
+    yield made
+    for instances in made:
+        instances.close()
+
+
+class MemberWatch(threading.Thread):
+    """Samples the group: the largest number of members that held partitions at the same moment."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.group = bootstrap, group
+        self.most_members_holding = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.5):
+            try:
+                described = describe_group(self.bootstrap, self.group, timeout=5)
+            except GroupMissing:
+                continue
+            holding = sum(1 for member in described.members if member.partitions)
+            self.most_members_holding = max(self.most_members_holding, holding)
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join(10)
+        return self.most_members_holding
+
+
+def assert_no_open_transactions(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
+    """Every partition's last stable offset reaches its high watermark: no transaction hangs."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    deadline = time.monotonic() + timeout
+    while True:
+        stable = _offsets(admin, partitions, IsolationLevel.READ_COMMITTED)
+        high = _offsets(admin, partitions, IsolationLevel.READ_UNCOMMITTED)
+        if stable == high:
+            return
+        assert time.monotonic() < deadline, f"{topic}: last stable offsets {stable} behind high watermarks {high}"
+        time.sleep(0.5)
+
+
+def _offsets(admin: AdminClient, partitions: list[TopicPartition], isolation: IsolationLevel) -> dict[int, int]:
+    futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in partitions}, isolation_level=isolation)
+    return {tp.partition: future.result(30).offset for tp, future in futures.items()}
+
+
+def finish_at_end(instances: Instances, names: list[str]) -> None:
+    """Restart every running instance with ``--stop-at-end``; each exits 0 once the group committed it all."""
+    for name in list(instances.running):
+        instances.stop(name)
+    finals = [instances.start(name, stop_at_end=True) for name in names]
+    for final in finals:
+        assert final.wait(180) == 0, final.log_tail()
+
+
+def test_instances_killed_and_added_share_the_partitions_exactly_once(
+        kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path, unique_topic: str,
+        instances_of: list[Instances]) -> None:
+    name = f"group-{unique_topic}"
+    instances = Instances(group_config(tmp_path, name, topics), kafka_bootstrap)
+    instances_of.append(instances)
+    watch = MemberWatch(kafka_bootstrap, f"epochline-{name}")
+    watch.start()
+    stream = LiveInput(kafka_bootstrap, topics["source"], [order(i) for i in range(RECORDS)], PARTITIONS, 45.0)
+    names = ["a", "b", "c"]
+    for member in names:
+        instances.start(member)
+    rng = random.Random(12)
+    kills = faulted = 0
+    started = time.monotonic()
+    while kills < 10:
+        time.sleep(rng.uniform(2.0, 4.0))
+        if kills == 5:
+            names.append("d")
+            instances.start("d")  # a fourth instance joins mid-run
+        victim = rng.choice(names)
+        faulted += instances.running[victim].crashed_by_fault()
+        instances.kill(victim)
+        kills += 1
+        instances.start(victim, faults="between-flush-and-commit:0.3" if kills % 3 == 0 else "")
+    stream.join()
+    finish_at_end(instances, names)
+    most = watch.stop()
+
+    assert json_field_counts(read_values(kafka_bootstrap, topics["sink"]), "id") == expected_ids(RECORDS)
+    assert most >= 3, f"at most {most} members held partitions at once"
+    assert_no_open_transactions(kafka_bootstrap, topics["sink"])
+    assert len(read_values(kafka_bootstrap, topics["sink"], "read_uncommitted")) >= sum(expected_ids(RECORDS).values())
+    print(f"kills={kills} faulted={faulted} seconds={time.monotonic() - started:.0f} most_members={most}")
+
+
+def test_a_stalled_instance_whose_partitions_moved_cannot_commit_them(
+        kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path, unique_topic: str,
+        instances_of: list[Instances]) -> None:
+    name = f"zombie-{unique_topic}"
+    session = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
+    instances = Instances(group_config(tmp_path, name, topics, consumer=session), kafka_bootstrap)
+    instances_of.append(instances)
+    records = 60_000
+    stream = LiveInput(kafka_bootstrap, topics["source"], [order(i) for i in range(records)], PARTITIONS, 30.0)
+    zombie = instances.start("zombie")
+    instances.start("healthy")
+    time.sleep(8)
+    os.kill(zombie.process.pid, signal.SIGSTOP)
+    time.sleep(16)  # past the session timeout (6 s) and the transaction timeout (10 s): its partitions move
+    os.kill(zombie.process.pid, signal.SIGCONT)
+    exited = zombie.wait_for_exit(30)
+    log = zombie.log_path.read_text(errors="replace")
+    refused = ("partitions lost" in log or "fenced" in log or "checkpoint abandoned" in log
+               or "ILLEGAL_GENERATION" in log or "UNKNOWN_MEMBER_ID" in log)
+    assert refused, f"the stalled instance did not notice it was fenced:\n{zombie.log_tail(60)}"
+    if exited:
+        assert zombie.process.returncode != 0 and "epochline:" in log, zombie.log_tail()
+        instances.running.pop("zombie")
+    stream.join()
+    finish_at_end(instances, ["zombie", "healthy"])
+
+    assert json_field_counts(read_values(kafka_bootstrap, topics["sink"]), "id") == expected_ids(records)
+    assert_no_open_transactions(kafka_bootstrap, topics["sink"])
+
+
+def test_an_instance_joining_while_a_commit_is_in_flight_keeps_the_output_exact(
+        kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path, unique_topic: str,
+        instances_of: list[Instances]) -> None:
+    name = f"joining-{unique_topic}"
+    instances = Instances(group_config(tmp_path, name, topics), kafka_bootstrap)
+    instances_of.append(instances)
+    records = 60_000
+    stream = LiveInput(kafka_bootstrap, topics["source"], [order(i) for i in range(records)], PARTITIONS, 20.0)
+    first = instances.start("first", faults="between-flush-and-commit:pause=2")
+    deadline = time.monotonic() + 60
+    while '"commit paused"' not in first.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, first.log_tail()
+        time.sleep(0.1)
+    instances.start("second")  # joins while the first is inside its commit
+    time.sleep(10)
+    stream.join()
+    finish_at_end(instances, ["first", "second"])
+
+    assert json_field_counts(read_values(kafka_bootstrap, topics["sink"]), "id") == expected_ids(records)
+    logs = "".join(connector.log_path.read_text(errors="replace") for connector in instances.exited)
+    assert "partitions revoked" in logs, "no partition moved from the first instance to the second"
+    assert_no_open_transactions(kafka_bootstrap, topics["sink"])
