@@ -273,3 +273,26 @@ def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: Late
         produce(range(next_id, next_id + 1), 100.0, {})
         next_id += 1
         time.sleep(0.5)
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """user+sys CPU seconds a live process (all its threads) has used so far, from ``/proc/<pid>/stat``;
+    None when it is gone or not readable. For a process the harness did not start as a contender (the
+    private broker), whose usage ``wait4`` cannot report."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the command name in (...) may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """``(busy, total)`` CPU seconds of the whole machine since boot (all cores, every user), from
+    ``/proc/stat``; busy is everything but idle and iowait. A difference over a run tells how much of the
+    machine was in use while it ran, whoever used it."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    total = sum(values)
+    idle = values[3] + values[4]
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / ticks, total / ticks

@@ -65,7 +65,7 @@ from bench.workload import (
 )
 from connectors.admin import TopicAdminError, create_topic, partitions_of
 from engine.logs import configure_logging
-from engine.testing.local_broker import LocalBroker, free_port
+from engine.testing.local_broker import BrokerState, LocalBroker, free_port
 
 log = logging.getLogger(__name__)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -78,11 +78,18 @@ def broker(bootstrap: str | None) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
+    with private_broker() as state:
+        yield state.bootstrap
+
+
+@contextlib.contextmanager
+def private_broker() -> Iterator[BrokerState]:
+    """A local broker in a temp dir on a free port (its state names its PID), stopped by its API afterwards."""
     data_dir = Path(tempfile.mkdtemp(prefix="epochline-bench-broker-"))
     local = LocalBroker(data_dir)
     state = local.start(port=free_port())
     try:
-        yield state.bootstrap
+        yield state
     finally:
         local.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -90,6 +97,8 @@ def broker(bootstrap: str | None) -> Iterator[str]:
 
 class Bench:
     """One benchmark run: one input topic, then each contender against it, then the report."""
+
+    output_partitions = PARTITIONS  # of every job's output topic; raw-eos copies partition i to partition i
 
     def __init__(self, args: argparse.Namespace, bootstrap: str, workdir: Path) -> None:
         self.args = args
@@ -127,7 +136,7 @@ class Bench:
             profile_to = RESULTS_DIR / f"{self.stamp}-{self.args.format}-{contender.name}-profile.html"
         return JobSpec(
             bootstrap=self.bootstrap, input_topic=input_topic,
-            output_topic=self.topic(f"{contender.name}-{phase}-out"),
+            output_topic=self.topic(f"{contender.name}-{phase}-out", partitions=self.output_partitions),
             dead_letter_topic=self.topic(f"{contender.name}-{phase}-dlq", partitions=1),
             format=self.args.format, name=f"{self.prefix}-{contender.name}-{phase}", workdir=workdir,
             input_schema=self.input_schema, output_schema=self.output_schema,

@@ -22,6 +22,7 @@ import orjson
 from confluent_kafka import KafkaError, Message, Producer
 
 from sinks import produce_waiting
+from sinks.produce import ANY_PARTITION
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,13 @@ def _flush(producer: Producer, deliveries: _Deliveries, expected: int, topic: st
         )
 
 
-def generate_input(bootstrap: str, topic: str, records: int, format_name: str, seed: int = 7) -> Workload:
-    """Write ``records`` rows with ids ``0..records-1`` to ``topic`` and wait until all are acknowledged."""
+def generate_input(bootstrap: str, topic: str, records: int, format_name: str, seed: int = 7,
+                   spread_over: int | None = None) -> Workload:
+    """Write ``records`` rows with ids ``0..records-1`` to ``topic`` and wait until all are acknowledged.
+
+    By default librdkafka's partitioner places them (keyless: whole batches per partition, so partitions
+    may get very different shares); ``spread_over=P`` writes id ``i`` to partition ``i % P`` instead, for
+    benchmarks whose consumers split the partitions between them (bench/scale_out.py)."""
     encode = codec(format_name, INPUT_SCHEMA).encode
     rng = random.Random(seed)
     producer = new_producer(bootstrap)
@@ -196,7 +202,8 @@ def generate_input(bootstrap: str, topic: str, records: int, format_name: str, s
             expected_ids.add(record_id)
         value = encode(row)
         input_bytes += len(value)
-        produce_waiting(producer, topic, value, on_delivery=deliveries)
+        produce_waiting(producer, topic, value, on_delivery=deliveries,
+                        partition=record_id % spread_over if spread_over else ANY_PARTITION)
         if record_id % 10_000 == 0:
             producer.poll(0)
     _flush(producer, deliveries, records, topic, timeout=120.0)

@@ -62,9 +62,11 @@ REQUIRED_CONSUMER_CONFIG = {
     "enable.partition.eof": "true",
 }
 GROUP_PROGRESS_INTERVAL_S = 1.0
-GROUP_CONSUMER_DEFAULTS = {"partition.assignment.strategy": "cooperative-sticky"}
+GROUP_CONSUMER_DEFAULTS = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": "10000",
+                           "heartbeat.interval.ms": "1000"}
 """Group-mode defaults a user may change: cooperative-sticky moves only the partitions that must move, so a
-rebalance does not stop every instance (Kafka Streams and Connect default to cooperative protocols too)."""
+rebalance does not stop every instance (Kafka Streams and Connect default to cooperative protocols too); a
+10 s session (Kafka Streams' old default) bounds how long the partitions of a crashed instance wait."""
 
 UNAVAILABLE_ERRORS = frozenset({KafkaError._UNKNOWN_PARTITION})
 MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
@@ -184,9 +186,10 @@ class KafkaSource:
             if user.get(key, required).lower() != required:
                 raise SourceError(f"source {self.name!r}: consumer_config {key}={user[key]!r} breaks "
                                   f"exactly-once reading; it must be {required!r}")
-        # A stable member name is static membership: a restarted instance takes its partitions back at
-        # once instead of waiting for the group to notice the dead one (session.timeout.ms).
-        member = {"client.id": self.member, "group.instance.id": self.member} if self.member else {}
+        # The member name is the client id, so the group (and ``epochline status``) shows which instance
+        # holds what. Not static membership: a member that stops must leave the group at once, or its
+        # partitions would wait out its session before anyone else may read them.
+        member = {"client.id": self.member} if self.member else {}
         return {
             "auto.offset.reset": self.settings.start_from,
             "queued.max.messages.kbytes": 32_768,  # prefetch bound: memory does not grow with topic size
@@ -247,6 +250,9 @@ class KafkaSource:
             return
         starts = self._listener.assigned(self.name, partitions)
         start = {p: starts[p] if p in starts else self.start_offset(p) for p in partitions}
+        # Anything still buffered for these partitions was fetched under an earlier ownership: handing it out
+        # now would skip from the committed offset to wherever that fetch had got.
+        self._pending = [m for m in self._pending if m.partition() not in start]
         positioned = [TopicPartition(self.settings.topic, p, start[p]) for p in partitions]
         self._change_assignment(consumer, positioned, add=True)
         if self._paused:
@@ -304,8 +310,11 @@ class KafkaSource:
             del self._staged_seeks[partition]
 
     def close(self) -> None:
+        """Leave the group. The listener is not told: closing follows the final commit (or a failure whose
+        epoch the sink aborts), so the revocation closing runs must not commit anything."""
         if not self._closed:
             self._closed = True
+            self._listener = None
             self._consumer.close()
 
     def __enter__(self) -> Self:
@@ -474,9 +483,23 @@ class KafkaSource:
         In group mode the partitions other members own count as reached once the group's committed offsets
         reach their ends (asked at most once a second): the group as a whole is done, whoever committed."""
         others = {p: end for p, end in ends.items() if p not in self._positions}
-        if any(self._positions[p] < end for p, end in ends.items() if p in self._positions):
+        behind = [p for p, end in ends.items() if p in self._positions and self._positions[p] < end]
+        if behind and not self._caught_up(behind, ends):
             return False
         return not others or self._group_reached(others)
+
+    def _caught_up(self, partitions: list[int], ends: Mapping[int, int]) -> bool:
+        """Take the consumer's own position where it is further: it moves past transaction markers (a
+        commit marker written after the partition-EOF event was sent, or a trailing aborted transaction,
+        brings no new EOF event). Only for partitions with nothing buffered: everything the consumer
+        returned for them is handed out, so its position is an exact cut too."""
+        buffered = {m.partition() for m in self._pending}
+        asked = [TopicPartition(self.settings.topic, p) for p in partitions if p not in buffered]
+        if asked:
+            for tp in self._consumer.position(asked):
+                if tp.offset > self._positions.get(tp.partition, tp.offset):
+                    self._positions[tp.partition] = tp.offset
+        return all(self._positions[p] >= ends[p] for p in partitions)
 
     def _group_reached(self, ends: Mapping[int, int]) -> bool:
         now = time.monotonic()
@@ -530,6 +553,14 @@ class KafkaSource:
         self._paused = False
         self._consumer.resume(self._consumer.assignment())
 
+    def end_offsets(self) -> dict[int, int]:
+        """Per partition of the topic, its end (high watermark) now, asked of the broker."""
+        try:
+            offsets = watermark_offsets(self._consumer, self.settings.topic, self.partitions(), self.timeout)
+        except TopicAdminError as error:
+            raise SourceUnavailable(f"source {self.name!r} on {self.bootstrap}: {error}") from error
+        return {partition: high for partition, (_, high) in offsets.items()}
+
     def lag(self) -> dict[int, int]:
         """Per partition, records between the position and the high watermark last reported by the broker
         (no request is made; partitions without a reported high watermark yet are left out)."""
@@ -566,7 +597,7 @@ def _with_metadata(source: str, topic: str, decoded: Decoded, columns: RecordCol
         raise SchemaError(f"source {source!r}: topic {topic!r} values have columns "
                           f"{sorted(clash)} that collide with the Kafka metadata columns")
     arrays = columns.metadata_arrays()
-    if len(decoded.indices) != len(columns.values):
+    if decoded.rows_per_record != 1 or len(decoded.indices) != len(columns.values):
         rows = pa.array(decoded.indices, type=pa.int64())
         arrays = [array.take(rows) for array in arrays]
     schema = with_metadata_fields(decoded.batch.schema)

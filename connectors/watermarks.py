@@ -1,18 +1,22 @@
 """Event-time watermarks per source: how far event time has surely progressed, and which rows came too late.
 
-The watermark is the minimum over the *active* partitions of the largest event time seen on each, minus the
-allowed lateness. A partition that delivered nothing for ``idle_timeout_ms`` stops holding it back (so one
-quiet partition cannot stall every window); when every partition is idle the watermark follows the largest
-event time seen anywhere. Assigned partitions that have not delivered anything yet hold it back until they
-turn idle. The watermark never goes backwards, also not when an idle partition wakes up with old events:
-such rows are late.
+Per partition (what a running connector uses): a row is late when its event time is below its partition's
+largest event time minus the allowed lateness (``late_thresholds``), and windows of a partition close by the
+same value, like Kafka Streams' stream time per task. Partitions move between instances with their largest
+event time (committed in the offset metadata), so a partition taken over with a backlog is judged by its own
+history.
+
+Across partitions (``current()``): the minimum over the *active* partitions of the largest event time seen
+on each, minus the allowed lateness. A partition that delivered nothing for ``idle_timeout_ms`` stops
+holding it back; when every partition is idle it follows the largest event time seen anywhere. It never
+goes backwards.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,6 +79,15 @@ class WatermarkTracker:
             return max(self._max_event_time.values()) - self.allowed_lateness_ms
         return None
 
+    def late_thresholds(self) -> dict[int, int]:
+        """Per partition, the event time below which its rows are late: its own largest event time minus
+        the allowed lateness (as Kafka Streams judges a record by its task's stream time). Per partition, not
+        the instance's watermark, because partitions move between instances: a partition taken over with a
+        backlog is judged by its own history (committed with its offsets), not by the partitions its new
+        owner had already read further. Window state is per partition too, so a row on time for its
+        partition never lands in a window already emitted for it."""
+        return {p: t - self.allowed_lateness_ms for p, t in self._max_event_time.items()}
+
     def max_event_times(self) -> dict[int, int]:
         return dict(self._max_event_time)
 
@@ -111,16 +124,24 @@ def max_event_time_per_partition(batch: pa.RecordBatch, column: str | None) -> d
     return {p: t for p, t in zip(partitions, maxima["t_max"].to_pylist()) if t is not None}
 
 
-def filter_late_rows(batch: pa.RecordBatch, watermark: int | None,
+def filter_late_rows(batch: pa.RecordBatch, watermark: int | Mapping[int, int] | None,
                      column: str | None) -> tuple[pa.RecordBatch, pa.RecordBatch]:
-    """Split ``batch`` into (on time, late): a row is late when its event time is below ``watermark``.
+    """Split ``batch`` into (on time, late): a row is late when its event time is below ``watermark``, or,
+    given per-partition thresholds (``WatermarkTracker.late_thresholds``), below its partition's.
 
-    Rows without an event time are on time (they cannot be judged), so every row lands in exactly one part.
-    Compare against the watermark from *before* this batch was observed.
+    Rows without an event time are on time (they cannot be judged), so every row lands in exactly one part;
+    so are rows of partitions without a threshold. Compare against thresholds from *before* this batch.
     """
-    if watermark is None:
+    if watermark is None or (isinstance(watermark, Mapping) and not watermark):
         return batch, batch.slice(0, 0)
-    behind = pc.less(event_times_ms(batch, column), pa.scalar(watermark, pa.int64()))
+    threshold: pa.Array[Any] | pa.Scalar[Any]
+    if isinstance(watermark, Mapping):
+        partitions = pa.array(list(watermark), pa.int32())
+        positions = pc.index_in(batch.column(PARTITION).cast(pa.int32()), value_set=partitions)
+        threshold = pc.take(pa.array(list(watermark.values()), pa.int64()), positions)
+    else:
+        threshold = pa.scalar(watermark, pa.int64())
+    behind = pc.less(event_times_ms(batch, column), threshold)
     late = cast(pa.BooleanArray, pc.fill_null(behind, pa.scalar(False)))
     return batch.filter(pc.invert(late)), batch.filter(late)
 

@@ -2,7 +2,8 @@
 
 - ``checkpoint``: THE exactly-once protocol: the loop (when), the pipeline callback (what), the restart
   policy; its docstring lists every step of an epoch and the function that does it;
-- ``state``: what a checkpoint stores: the id log, checkpoint files, the state-dir lock, snapshots;
+- ``state``: keyed state per partition and its changelog topics, the checkpoint id log, the state-dir lock;
+- ``instance``: which instance of a connector this process is, and the Kafka names derived from it;
 - ``transforms``: SQL, Python and window steps;
 - ``batch``: bounded exactly-once batch jobs and their ledger;
 - ``config`` and ``wiring``: the connector YAML, and the one place it becomes sources, operators and sinks;

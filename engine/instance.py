@@ -3,9 +3,9 @@
 Instances of one connector (same ``name``) share its consumer group; each needs a name of its own that is
 **stable across restarts**: its transactional.id derives from it, so a restarted instance fences its
 previous incarnation at ``init_transactions`` (aborting whatever that one left open, at once, instead of
-leaving readers blocked until the transaction times out), and its group member id derives from it, so the
-restarted instance takes its partitions back without waiting for the group to drop the dead member. Two
-live instances must never share a name: they would fence each other.
+leaving readers blocked until the transaction times out), and its consumers' client ids derive from it, so
+the group shows which instance holds which partitions. Two live instances must never share a name: they
+would fence each other.
 
 The name is ``--instance`` / ``EPOCHLINE_INSTANCE``, else one generated once and kept in the connector's
 state directory (so two instances of a config on one machine need only different ``--instance`` names).
@@ -50,7 +50,7 @@ class Instance:
         return self.state_root / "instances" / self.name
 
     def member(self, source: str) -> str:
-        """Client id and static group member id of this instance's consumer of ``source``."""
+        """Client id of this instance's consumer of ``source``."""
         return f"{self.connector}-{self.name}-{source}"
 
 

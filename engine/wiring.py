@@ -7,20 +7,24 @@ config key means the same thing in both and a new key is wired once.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pyarrow as pa
 
+from connectors.changelog import repartition_topic
 from connectors.metadata import with_metadata_fields
 from connectors.source import SourceSettings
 from engine import secrets
 from engine.config import ConnectorConfig, SourceConfig, StepConfig
 from engine.transforms import Operator, OperatorChain, PythonOperator, SqlOperator, WindowOperator, WindowSpec
 from engine.transforms import build_chain as chain_of
-from schemas import Format, make_format
+from schemas import Format, FormatSpec, make_format
 from sinks import AtLeastOnceKafkaSink, Sink, SinkSettings, TransactionalKafkaSink
 
 SOURCE_NAME = "source"
 """The name of the config's source; streams added while running bring their own names."""
+REPARTITION_SOURCE = "repartition"
+"""The name of the second source of a connector whose rows are re-keyed (``engine.transforms.repartition``)."""
 
 CrashPoint = Callable[[str], None]
 """Called with the name of a protocol moment (``between-flush-and-commit``, ...); crash tests kill the
@@ -68,6 +72,13 @@ def source_settings(config: ConnectorConfig, source: SourceConfig | None = None,
         on_error="halt" if source.on_error == "halt" else "dead-letter",  # fail-item: the batch job's call
         consumer_config={**client_config(config), **source.consumer},
     )
+
+
+def repartition_source_settings(source: SourceSettings, config: ConnectorConfig) -> SourceSettings:
+    """The second source of a re-keyed connector: its repartition topic in ``arrow-ipc``, with the source's
+    event-time rules (``engine.transforms.repartition``)."""
+    return replace(source, name=REPARTITION_SOURCE, topic=repartition_topic(config.name),
+                   format=FormatSpec("arrow-ipc"), start_from="earliest", on_error="halt")
 
 
 def sink_settings(config: ConnectorConfig, transactional_id: str, group_id: str) -> SinkSettings:

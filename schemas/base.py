@@ -37,6 +37,9 @@ class Decoded:
     batch: pa.RecordBatch
     indices: list[int]
     failures: list[DecodeFailure] = field(default_factory=list)
+    rows_per_record: int | None = 1
+    """1 for formats with one row per record (so ``indices`` is the identity when nothing failed); None when
+    a record may hold any number of rows (``arrow-ipc``)."""
 
 
 class Format(Protocol):

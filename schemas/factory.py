@@ -8,6 +8,7 @@ from typing import Literal
 
 import pyarrow as pa
 
+from schemas.arrow_ipc import ArrowIpcFormat
 from schemas.avro_arrow import avro_to_arrow_schema, parse_avro_schema
 from schemas.avro_format import AvroCodec, AvroFormat
 from schemas.base import Format, SchemaError
@@ -17,7 +18,7 @@ from schemas.json_schema import json_schema_to_arrow, load_json_document
 from schemas.raw import RawFormat
 from schemas.registry import SubjectRegistration
 
-FormatName = Literal["json", "avro", "avro-confluent", "protobuf-confluent", "json-confluent", "raw"]
+FormatName = Literal["json", "avro", "avro-confluent", "protobuf-confluent", "json-confluent", "raw", "arrow-ipc"]
 SubjectStrategy = Literal["topic", "record", "topic-record"]
 """Confluent's subject name strategies: ``<topic>-value``, ``<record name>``, ``<topic>-<record name>``."""
 
@@ -54,6 +55,8 @@ def make_format(spec: FormatSpec) -> Format:
     """The format ``spec`` describes; a bad configuration raises ``SchemaError`` naming the file or field."""
     if spec.format == "raw":
         return RawFormat()
+    if spec.format == "arrow-ipc":
+        return ArrowIpcFormat()
     if spec.format == "json":
         if spec.schema is None:
             return JsonFormat(None)
@@ -78,7 +81,7 @@ def make_format(spec: FormatSpec) -> Format:
 
         return make_json_confluent_format(spec)
     raise SchemaError(f"unknown format {spec.format!r}: expected json, avro, avro-confluent, protobuf-confluent, "
-                      "json-confluent or raw")
+                      "json-confluent, raw or arrow-ipc")
 
 
 def _json_format_schema(path: Path) -> pa.Schema:

@@ -12,24 +12,34 @@ Three modules, one question each:
 The steps of one epoch N, and the function that does each:
 
 1. **Reserve** N durably: ``KafkaPipeline.reserve_checkpoint_attempt`` → ``CheckpointIdLog.reserve``
-   (appended and fsynced before use; an abandoned N is burned for ever).
+   (appended and fsynced before use; an abandoned N is burned for ever; ids are per instance, and the
+   offset metadata names the instance too, so the pair names one epoch of the whole group).
 2. **Barrier**: ``StreamingCoordinator.checkpoint`` calls ``KafkaSource.inject_barrier`` on every source;
    the cut is the position after the last record handed out, so later records belong to N+1.
 3. **Drain**: nothing to wait for: every record handed out before the cut already went through
-   ``KafkaPipeline.execute_cycle`` and ``write_to_sinks`` into the open transaction (output and dead letters).
-4. **Capture**: ``KafkaPipeline.checkpoint_with_barrier`` → ``CheckpointCoordinator.trigger_checkpoint``
-   and ``persist`` (temp file, fsync, rename, fsync dir, sha256).
+   ``KafkaPipeline.execute_cycle`` and ``write_to_sinks`` into the open transaction (output, dead letters,
+   repartitioned rows). The coordinator polls one source per cycle, so this holds also when a rebalance
+   callback commits the epoch in the middle of a poll.
+4. **Capture**: ``KafkaPipeline._capture_keyed_state``: every partition whose keyed state changed is
+   written to its changelog partition, in the same transaction; each offset carries its partition's largest
+   event time in its metadata.
 5. **Commit point**: ``TransactionalKafkaSink.commit_epoch``: ``flush``, ``send_offsets_to_transaction``
-   with ``epochline:checkpoint=N`` (``connectors.offset_metadata``), ``commit_transaction``. When it
-   returns, epoch N exists; nothing before counts. Then ``complete_checkpoint`` and ``clear_old_checkpoints``.
+   per source with the consumer's group metadata read now (a member whose partitions moved is refused) and
+   ``epochline:checkpoint=N;instance=I;event_time=T`` (``connectors.offset_metadata``),
+   ``commit_transaction``. When it returns, epoch N exists; nothing before counts.
 6. **Abandon**: ``StreamingCoordinator._rewind`` → ``KafkaPipeline.abandon_checkpoint_attempt``: abort the
-   transaction, restore the state of the last committed id, rewind every source to its cut, burn N.
+   transaction, give every owned partition back its committed keyed state (changelog) and event time, rewind
+   every source to its committed offsets, burn N.
 
-**Recovery**, at every start (``KafkaPipeline.recover``): ``init_transactions`` with the stable
-transactional.id fences any zombie and aborts its open transaction; the committed offsets' metadata names
-the last committed checkpoint M (``_checkpoint_named_by``; unreadable metadata is a ``RecoveryError``);
-exactly M's state is restored (``_restore_committed_state``), state above M is deleted, ids continue above
-M, and the sources resume at the committed offsets.
+**Partitions move** (``KafkaPipeline`` is the sources' ``PartitionListener``, called inside the rebalance
+callbacks): on assignment a partition's committed offset and metadata are read, its keyed state restored
+from the changelog, before any of its records is processed (``assigned``); on revocation the whole epoch
+commits while the partitions are still owned (``revoked``); on loss it is abandoned (``lost``).
+
+**Start-up** (``KafkaPipeline.recover``): ``init_transactions`` with the instance's stable transactional.id
+fences its previous incarnation and aborts its open transaction; the instance's state directory lock is
+taken; the internal topics exist (changelogs, repartition); the sources subscribe. Unreadable offset
+metadata is a ``RecoveryError`` (``_epoch_named_by``).
 """
 
 from engine.checkpoint.coordinator import (

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from connectors.checkpoint import SourceCheckpoint
 from connectors.source import SourceBatch
+from engine.transforms.operator import Watermark
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +138,9 @@ class PipelineCallback(Protocol):
 
     def extract_watermark(self, source: str, batch: SourceBatch) -> None: ...
 
-    def current_watermark(self) -> int | None: ...
+    def current_watermark(self) -> Watermark: ...
 
-    def execute_cycle(self, source_batches: Sequence[SourceBatch], watermark: int | None) -> pa.Table | None:
+    def execute_cycle(self, source_batches: Sequence[SourceBatch], watermark: Watermark) -> pa.Table | None:
         """Run the operators over this cycle's rows; raises ``CycleFailed``."""
 
     def write_to_sinks(self, results: pa.Table | None) -> None: ...
@@ -155,6 +156,9 @@ class PipelineCallback(Protocol):
         """Abort the epoch, restore the last committed state; returns the cuts to rewind sources to."""
 
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None: ...
+
+    def input_ended(self, ends: Mapping[str, Mapping[int, int]]) -> bool:
+        """Everything up to ``ends`` (and whatever the connector derived from it) is committed by the group."""
 
     def apply_control(self, msg: ControlMessage) -> Source | None:
         """An added stream's source (positioned), or None for a drop."""
@@ -222,7 +226,7 @@ class StreamingCoordinator:
                 self._apply_controls()
                 self._apply_backpressure()
                 polled = self.run_cycle()
-                at_end = ends is not None and not polled and self._all_reached(ends)
+                at_end = ends is not None and not polled and self.callback.input_ended(ends)
                 if self.stop.requested or at_end or self._clock() >= next_checkpoint:
                     self.checkpoint()
                     next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
@@ -235,9 +239,6 @@ class StreamingCoordinator:
         """Recovery: the callback fences older instances, restores the committed state and hands over the
         positioned sources. ``run`` starts with it; a caller stepping cycles itself (the test driver) too."""
         self._sources = {source.name: source for source in self.callback.recover(self)}
-
-    def _all_reached(self, ends: Mapping[str, Mapping[int, int]]) -> bool:
-        return all(source.reached(ends.get(name, {})) for name, source in self._sources.items())
 
     def run_cycle(self) -> int:
         """One cycle: poll, filter late rows, watermarks, execute, write. Returns batches polled."""

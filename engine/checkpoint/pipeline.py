@@ -40,20 +40,34 @@ from engine.instance import Instance, resolve_instance
 from engine.metrics import Metrics
 from engine.state import CheckpointIdLog, KeyedState, StateDirLock
 from engine.state.changelog import KafkaStateChangelog, StateChangelog, changelog_topic, state_records
-from engine.transforms import OperatorRuntimeError, WindowOperator
-from engine.wiring import SOURCE_NAME, CrashPoint, build_chain, build_sink, client_config, input_schema, source_settings
+from engine.transforms import OperatorRuntimeError, Watermark
+from engine.transforms.repartition import (
+    carried,
+    ipc_record,
+    repartitioned_schema,
+    restored,
+    split_by_key,
+    split_for_repartition,
+)
+from engine.wiring import (
+    REPARTITION_SOURCE,
+    SOURCE_NAME,
+    CrashPoint,
+    build_chain,
+    build_sink,
+    client_config,
+    input_schema,
+    repartition_source_settings,
+    source_settings,
+)
 from schemas import Format
-from sinks import EpochAborted, KafkaWriter, OffsetCommit, Sink
+from sinks import EpochAborted, KafkaWriter, OffsetCommit, OutgoingRecord, Sink
 
 log = logging.getLogger(__name__)
 
 
 class RecoveryError(RuntimeError):
     """What Kafka says committed cannot be restored; starting anyway would break exactness."""
-
-
-class PartitioningError(RecoveryError):
-    """The transform needs rows grouped differently from how the topic partitions them."""
 
 
 class PipelineSource(Source, Protocol):
@@ -74,6 +88,7 @@ class PipelineSource(Source, Protocol):
     def observe_event_times(self, batch: pa.RecordBatch) -> None: ...
     def consumer_group_metadata(self) -> object: ...
     def lag(self) -> dict[int, int]: ...
+    def end_offsets(self) -> dict[int, int]: ...
 
 
 SourceOpener = Callable[[SourceSettings], PipelineSource]
@@ -102,6 +117,9 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._state_lock = StateDirLock(instance.state_dir)
         self._ids = CheckpointIdLog(instance.state_dir / "ids.log")
         self.chain = build_chain(config)
+        self.stages = split_for_repartition(self.chain)
+        self._keyed_source = REPARTITION_SOURCE if self.stages is not None else SOURCE_NAME
+        """The source whose partitions keyed state is partitioned by."""
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
         self.sink = sink or build_sink(config, bootstrap, transactional_id=instance.transactional_id,
                                        group_id=config.group_id, before_commit=before_commit)
@@ -111,6 +129,12 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             settings, bootstrap, config.group_id, member=instance.member(settings.name), timeout=timeout))
         self._changelog = changelog or KafkaStateChangelog(bootstrap, client_config(config), timeout)
         self._source_settings = {SOURCE_NAME: source_settings(config)}
+        if self.stages is not None:
+            self._source_settings[REPARTITION_SOURCE] = repartition_source_settings(self._source_settings[SOURCE_NAME],
+                                                                                    config)
+        self._partitions = 0
+        self._repartition_pending = False
+        self._repartition_ends: dict[int, int] | None = None
         self._sources: dict[str, PipelineSource] = {}
         self._control: EpochControl | None = None
         self._committed_cuts: dict[str, dict[int, int]] = {}
@@ -119,7 +143,6 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._committed_id: int | None = None
         self._pending_dead_letters: list[DeadLetter] = []
         self._faults_since_commit = 0
-        self._watermark: int | None = None  # as of the end of the last cycle: what this cycle's rows are judged by
         self._cycle_bytes_in = 0
         self._cycle_observer = cycle_observer
         self._stop = stop or StopRequest()
@@ -134,11 +157,14 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._state_lock.acquire(timeout_s=self.config.checkpoint.timeout / 1000 * 2,  # ...then waits for it to exit
                                  interrupted=lambda: self._stop.requested)
         self._honour_stop("waiting for the previous instance to exit")
+        self._sources[SOURCE_NAME] = self._new_source(self._source_settings[SOURCE_NAME])
+        self._partitions = len(self._sources[SOURCE_NAME].partitions())
+        self._ensure_internal_topics()
         for name, settings in self._source_settings.items():
-            self._sources[name] = self._new_source(settings)
+            if name not in self._sources:
+                self._sources[name] = self._new_source(settings)
             self._honour_stop("opening the sources")
         self._validate_chain()
-        self._ensure_changelogs()
         self.sink.begin_epoch()
         for source in self._sources.values():
             source.subscribe(self)
@@ -151,9 +177,13 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
 
     def _validate_chain(self) -> None:
         """A bad query or function is a config error at start, not a crash mid-stream."""
-        schema = input_schema(next(iter(self._sources.values())).format)
-        if schema is not None:
+        schema = input_schema(self._sources[SOURCE_NAME].format)
+        if schema is None:
+            return
+        if self.stages is None:
             self.chain.validate(schema)
+        else:
+            self.stages.after.validate(repartitioned_schema(self.stages.before.validate(schema)))
 
     def _keyed_states(self) -> dict[str, KeyedState]:
         """Operator name -> its state, partitioned like the config's source."""
@@ -162,28 +192,14 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
     def _changelog_topic(self, operator: str) -> str:
         return changelog_topic(self.config.name, operator)
 
-    def _ensure_changelogs(self) -> None:
-        """One compacted changelog per stateful operator, partitioned like the source it is keyed by."""
-        partitions = len(self._sources[SOURCE_NAME].partitions())
-        self._refuse_split_keys(partitions)
+    def _ensure_internal_topics(self) -> None:
+        """One compacted changelog per stateful operator and, when rows are re-keyed, the repartition topic:
+        all partitioned like the source, so partition p of each belongs with source partition p."""
         for operator in self._keyed_states():
-            self._changelog.ensure(self._changelog_topic(operator), partitions)
-
-    def _refuse_split_keys(self, partitions: int) -> None:
-        """Keyed state lives with its source partition, so a window must never see one key on two partitions
-        (two instances would each aggregate a part and both emit). Rows of one Kafka key share a partition;
-        a window keyed by anything else over a topic of several partitions would give wrong results, so it is
-        refused (epochline does not repartition yet)."""
-        if partitions <= 1:
-            return
-        for step in self.chain.steps:
-            if isinstance(step, WindowOperator) and KEY not in step.spec.key:
-                raise PartitioningError(
-                    f"operator {step.name!r}: window key {step.spec.key} does not include {KEY}, and topic "
-                    f"{self.config.source.topic!r} has {partitions} partitions: rows of one key could sit on "
-                    f"different partitions (and instances), each aggregated on its own. Key the records by the "
-                    f"window key and add {KEY} to the window key (keep it in the preceding SQL), or read a "
-                    "one-partition topic; repartitioning by other columns is not supported yet")
+            self._changelog.ensure(self._changelog_topic(operator), self._partitions, compacted=True)
+        if self.stages is not None:
+            self._changelog.ensure(self._source_settings[REPARTITION_SOURCE].topic, self._partitions,
+                                   compacted=False)
 
     # -- partitions come and go (inside the rebalance callbacks) --------------------------------------
     def assigned(self, source: str, partitions: list[int]) -> Mapping[int, int]:
@@ -199,8 +215,10 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             if epoch is not None:
                 self._take_note_of(source, partition, epoch)
         self._committed_cuts.setdefault(source, {}).update(starts)
-        if source == SOURCE_NAME:
+        if source == self._keyed_source:
             self._restore_keyed(partitions)
+        if self._cycle_observer is not None:  # where the new partitions stand, before anything is read
+            self._cycle_observer({source: SourceCheckpoint(source, reader.settings.topic, starts)})
         log.info("partitions assigned", extra={"source": source, "offsets": starts,
                                                "committed_checkpoint": self._committed_id})
         return starts
@@ -231,7 +249,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         for partition in partitions:
             self._committed_cuts.get(source, {}).pop(partition, None)
             self._committed_event_times.get(source, {}).pop(partition, None)
-        if source == SOURCE_NAME:
+        if source == self._keyed_source:
             for state in self._keyed_states().values():
                 for partition in partitions:
                     state.drop_partition(partition)
@@ -267,14 +285,16 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._pending_dead_letters += batch.dead_letters
         self._cycle_bytes_in += batch.value_bytes
         self.metrics.dead_letters(len(batch.dead_letters))
-        watermark = self._watermark
+        rows = restored(batch.batch) if source == REPARTITION_SOURCE else batch.batch
+        thresholds = self._sources[source].watermarks.late_thresholds()
         settings = self._source_settings[source]
-        on_time, late = filter_late_rows(batch.batch, watermark, settings.event_time_column)
+        on_time, late = filter_late_rows(rows, thresholds, settings.event_time_column)
         if late.num_rows:
             self.metrics.late_rows(late.num_rows, diverted=self.config.late_rows == "dead-letter")
             if self.config.late_rows == "dead-letter":
+                behind = {p: t for p, t in thresholds.items() if p in set(late.column(PARTITION).to_pylist())}
                 self._pending_dead_letters += self._dead_letters_from_rows(
-                    source, late, f"late row: event time behind watermark {watermark}", "late")
+                    source, late, f"late row: event time behind its partition's watermark {behind}", "late")
         return SourceBatch(source=batch.source, batch=on_time, dead_letters=[], value_bytes=batch.value_bytes)
 
     def _dead_letters_from_rows(self, source: str, rows: pa.RecordBatch | pa.Table, reason: str,
@@ -296,22 +316,26 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
     def extract_watermark(self, source: str, batch: SourceBatch) -> None:
         self._sources[source].observe_event_times(batch.batch)
 
-    def current_watermark(self) -> int | None:
-        """The minimum over sources; None until every source has one (a silent source holds it back).
-        The coordinator asks once per cycle, after the cycle's event times are observed; the answer is also
-        what the next cycle's rows are judged late against."""
-        marks = [source.watermarks.current() for source in self._sources.values()]
-        known = [mark for mark in marks if mark is not None]
-        self._watermark = min(known) if known and len(known) == len(marks) else None
-        return self._watermark
+    def current_watermark(self) -> Watermark:
+        """Per partition of the source keyed state is partitioned by, its largest event time minus the
+        allowed lateness: windows of a partition close by that partition's own progress (Kafka Streams'
+        stream time), so a partition taken over with a backlog closes its windows as it catches up instead
+        of finding them closed by the partitions its new owner had already read further."""
+        return self._sources[self._keyed_source].watermarks.late_thresholds()
 
-    def execute_cycle(self, source_batches: Sequence[SourceBatch], watermark: int | None) -> pa.Table | None:
+    def execute_cycle(self, source_batches: Sequence[SourceBatch], watermark: Watermark) -> pa.Table | None:
         batches = [b.batch for b in source_batches if b.batch.num_rows]
         table = pa.Table.from_batches(batches) if batches else None
-        if table is None and watermark is None:
-            return None
+        source = source_batches[0].source if source_batches else None
         try:
-            return self.chain.process(table if table is not None else self.chain.empty_input(), watermark)
+            if self.stages is not None and source == SOURCE_NAME:
+                if table is not None:
+                    self._repartition(self.stages.before.process(table, watermark))
+                return None
+            chain = self.stages.after if self.stages is not None else self.chain
+            if table is None and not watermark:
+                return None
+            return chain.process(table if table is not None else chain.empty_input(), watermark)
         except OperatorRuntimeError as error:
             self.metrics.cycle_failed()
             if not self.fault_on_cycle_error():
@@ -320,6 +344,34 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                         batch.source, batch.batch, f"transform failed: {error}", "transform")
                 self.sink.write_dead_letters(self._take_dead_letters())
             raise CycleFailed(str(error)) from error
+
+    def _repartition(self, table: pa.Table) -> None:
+        """The first stage's rows to the repartition topic, one ``arrow-ipc`` record per partition their
+        window key hashes to, in the open epoch's transaction."""
+        if not table.num_rows or self.stages is None:
+            return
+        topic = self._source_settings[REPARTITION_SOURCE].topic
+        records = [OutgoingRecord(topic, partition, ipc_record(part))
+                   for partition, part in sorted(split_by_key(carried(table), self.stages.key,
+                                                              self._partitions).items())]
+        self.sink.write_records(records)
+        self._repartition_pending = True
+
+    def input_ended(self, ends: Mapping[str, Mapping[int, int]]) -> bool:
+        """The group committed everything up to ``ends`` (captured when this instance started) and, when
+        rows are repartitioned, every repartitioned row of that input: the repartition topic's end is
+        taken once the input is committed (by then nobody writes to it any more), and this instance's own
+        repartitioned rows are committed."""
+        if not all(source.reached(ends[name]) for name, source in self._sources.items() if name in ends):
+            return False
+        if self.stages is None:
+            return True
+        if self._repartition_pending:
+            return False
+        repartitioned = self._sources[REPARTITION_SOURCE]
+        if self._repartition_ends is None:
+            self._repartition_ends = repartitioned.end_offsets()
+        return repartitioned.reached(self._repartition_ends)
 
     def _take_dead_letters(self) -> list[DeadLetter]:
         letters, self._pending_dead_letters = self._pending_dead_letters, []
@@ -363,6 +415,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             self._committed_event_times[name] = tracker.max_event_times()
             self._committed_watermarks[name] = tracker.current()
         self._faults_since_commit = 0
+        self._repartition_pending = False
         self.metrics.checkpoint(duration_s=time.monotonic() - started, size_bytes=state_bytes)
         for source in self._sources.values():
             self.metrics.lag(source.name, source.lag())
@@ -401,9 +454,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                                       if p in owned}, self._committed_watermarks.get(name))
             cuts[name] = SourceCheckpoint(name, source.settings.topic, {p: committed[p] for p in owned
                                                                          if p in committed})
-            if name == SOURCE_NAME:
+            if name == self._keyed_source:
                 self._restore_keyed(owned)
-        self._watermark = self.current_watermark()
         log.warning("epoch abandoned", extra={"checkpoint_id": attempt and attempt.checkpoint_id, "reason": reason,
                                               "rewind_to": self._committed_id})
         self.sink.begin_epoch()
@@ -414,13 +466,11 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         if msg.action == "drop":
             self._sources.pop(msg.source, None)
             self._source_settings.pop(msg.source, None)
-            self.current_watermark()
             return None
         settings: SourceSettings = msg.settings
         self._source_settings[msg.source] = settings
         source = self._sources[msg.source] = self._new_source(settings)
         source.subscribe(self)
-        self.current_watermark()  # a new source holds the watermark back until it has one of its own
         return source
 
     def is_backpressured(self) -> bool:

@@ -5,7 +5,7 @@ Why from Kafka: the instances of a connector share its consumer group, so what t
 connector's progress, whichever machine runs which instance; no instance needs to be up to answer. Nothing
 joins the group or commits: the offsets are read by a consumer that never subscribes.
 
-Names (DESIGN.md, group mode): a member's ``client.id`` and ``group.instance.id`` are
+Names (DESIGN.md, group mode): a member's ``client.id`` is
 ``<name>-<instance>-<source>`` (``source`` for the config's topic, ``repartition`` for ``<name>-repartition``);
 keyed state lives in ``<name>-<operator>-changelog`` topics, one per stateful operator.
 """

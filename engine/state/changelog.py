@@ -19,8 +19,9 @@ __all__ = ["KafkaStateChangelog", "StateChangelog", "changelog_topic", "state_re
 
 
 class StateChangelog(Protocol):
-    def ensure(self, topic: str, partitions: int) -> None:
-        """The changelog exists, compacted, with ``partitions`` partitions (one per source partition)."""
+    def ensure(self, topic: str, partitions: int, *, compacted: bool) -> None:
+        """The topic exists with ``partitions`` partitions (one per source partition); changelogs are
+        compacted, the repartition topic is not (every row of it must be read)."""
         ...
 
     def latest(self, topic: str, partition: int) -> bytes | None:
@@ -50,8 +51,8 @@ class KafkaStateChangelog:
         self._timeout = timeout
         self._reader: ChangelogReader | None = None
 
-    def ensure(self, topic: str, partitions: int) -> None:
-        ensure_topic(self._bootstrap, topic, partitions, self._client_config, compacted=True,
+    def ensure(self, topic: str, partitions: int, *, compacted: bool) -> None:
+        ensure_topic(self._bootstrap, topic, partitions, self._client_config, compacted=compacted,
                      timeout=self._timeout)
 
     def latest(self, topic: str, partition: int) -> bytes | None:

@@ -1,4 +1,4 @@
-"""Every way a checkpoint can fail, as one hierarchy under ``CheckpointError``."""
+"""What the local state of an instance can fail with, under ``CheckpointError``: its id log and its lock."""
 
 from __future__ import annotations
 
@@ -6,37 +6,21 @@ from pathlib import Path
 
 
 class CheckpointError(RuntimeError):
-    """Base class of every checkpoint failure."""
-
-
-class CheckpointCaptureFailed(CheckpointError):
-    """An operator's ``snapshot()`` raised (or returned no bytes); no state was captured."""
+    """Base class of every failure of an instance's local checkpoint state."""
 
 
 class CheckpointPersistFailed(CheckpointError):
-    """Writing checkpoint state or an id reservation to disk failed (disk full, permissions, ...)."""
+    """Writing the checkpoint id log to disk failed (disk full, permissions, ...)."""
 
 
 class CheckpointCorrupted(CheckpointError):
-    """A checkpoint file (or the id log) is truncated, fails its checksum or cannot be parsed."""
+    """The checkpoint id log has a complete line that is not an id: guessing past it could reuse an id."""
 
     def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"checkpoint file {path} is corrupted: {reason}")
+        super().__init__(f"checkpoint id log {path} is corrupted: {reason}")
         self.path = path
         self.reason = reason
 
 
-class CheckpointNotFound(CheckpointError):
-    """No checkpoint file exists for the requested id."""
-
-
-class CheckpointStateMismatch(CheckpointError):
-    """Stored blobs and registered operators do not match by name, so restoring would lose state."""
-
-
-class CheckpointRestoreFailed(CheckpointError):
-    """An operator's ``restore()`` raised while loading a checkpoint."""
-
-
 class StateDirLocked(CheckpointError):
-    """Another live process owns the checkpoint directory."""
+    """Another live process owns the instance's state directory."""

@@ -1,4 +1,4 @@
-"""One live process per checkpoint directory."""
+"""One live process per instance state directory."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from engine.state.errors import StateDirLocked
 
 
 class StateDirLock:
-    """An exclusive ``flock`` on ``<dir>/owner.lock``: one live process per checkpoint directory.
+    """An exclusive ``flock`` on ``<dir>/owner.lock``: one live process per instance state directory.
 
-    Why: when a second instance of a connector takes over (it fences the first through the Kafka
-    transactional id), the first may still be writing a checkpoint file into the shared directory.
-    The new instance fences first, then waits here until the old one has exited (the kernel drops the
-    lock with the process, even on SIGKILL), and only then reads state.
+    Why: when a restarted instance takes over from its previous incarnation (it fences it through the
+    Kafka transactional id), the old process may still be running and reserving ids in the directory's
+    checkpoint id log. The new one fences first, then waits here until the old one has exited (the kernel
+    drops the lock with the process, even on SIGKILL), and only then opens its sources.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -42,7 +42,7 @@ class StateDirLock:
                 if time.monotonic() > deadline:
                     handle.close()
                     raise StateDirLocked(
-                        f"checkpoint directory {self.path.parent} is still owned by another process "
+                        f"state directory {self.path.parent} is still owned by another process "
                         f"(pid {self._owner() or 'unknown'}) after {timeout_s:.0f}s") from None
                 time.sleep(0.1)
         handle.seek(0)

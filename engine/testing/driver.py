@@ -60,25 +60,43 @@ class _Record:
 
 @dataclass(frozen=True)
 class DriverSnapshot:
-    """What a later driver restores from: what Kafka would hold (the input topic, the committed cut with its
-    checkpoint ids, the changelog topics' last committed state per partition)."""
+    """What a later driver restores from: what Kafka would hold (the topics a connector reads with the
+    group's committed offsets and their checkpoint ids, the changelog topics' last committed state)."""
 
-    topic: dict[int, list[_Record]]
-    committed: dict[int, tuple[int, str]]
+    topics: dict[str, _MemoryTopic]
     changelogs: dict[str, dict[int, bytes]]
 
 
 class _MemoryTopic:
-    """The source topic's partitions, the group's committed offsets with their metadata, and the committed
-    state records of the changelog topics (the last one per partition: what compaction keeps)."""
+    """A topic's partitions and the group's committed offsets with their metadata."""
 
     def __init__(self, partitions: int) -> None:
         self.records: dict[int, list[_Record]] = {partition: [] for partition in range(partitions)}
         self.committed: dict[int, tuple[int, str]] = {}
-        self.changelogs: dict[str, dict[int, bytes]] = {}
 
     def end(self, partition: int) -> int:
         return len(self.records[partition])
+
+    def copy(self) -> _MemoryTopic:
+        copied = _MemoryTopic(0)
+        copied.records = {p: list(records) for p, records in self.records.items()}
+        copied.committed = dict(self.committed)
+        return copied
+
+
+class _MemoryKafka:
+    """The topics connectors read (the source topic, a repartition topic) and the committed state records
+    of the changelog topics (the last one per partition: what compaction keeps)."""
+
+    def __init__(self, source_topic: str, partitions: int) -> None:
+        self.partitions = partitions
+        self.topics: dict[str, _MemoryTopic] = {source_topic: _MemoryTopic(partitions)}
+        self.changelogs: dict[str, dict[int, bytes]] = {}
+        self.appended = 0
+        """Records a commit made readable in ``topics`` (repartitioned rows): more cycles to run."""
+
+    def topic(self, name: str) -> _MemoryTopic:
+        return self.topics.setdefault(name, _MemoryTopic(self.partitions))
 
 
 class _MemorySource:
@@ -101,6 +119,9 @@ class _MemorySource:
 
     def partitions(self) -> list[int]:
         return sorted(self._topic.records)
+
+    def end_offsets(self) -> dict[int, int]:
+        return {partition: self._topic.end(partition) for partition in self._topic.records}
 
     def owned(self) -> list[int]:
         return sorted(self._positions)
@@ -164,10 +185,10 @@ class _MemorySink:
     """A ``Sink`` whose commit does what the transactional sink's does: the epoch's records become visible
     together with the cut, which records the checkpoint id as the offsets' metadata."""
 
-    def __init__(self, config: ConnectorConfig, topic: _MemoryTopic) -> None:
+    def __init__(self, config: ConnectorConfig, kafka: _MemoryKafka) -> None:
         self._settings = sink_settings(config, transactional_id="driver", group_id="driver")
         self._format = sink_format(config)
-        self._topic = topic
+        self._kafka = kafka
         self.output: list[DriverRecord] = []
         self.dead_letters: list[DriverRecord] = []
         self._pending_output: list[DriverRecord] = []
@@ -203,10 +224,16 @@ class _MemorySink:
         self.output += self._pending_output
         self.dead_letters += self._pending_dead_letters
         for record in self._pending_records:
-            self._topic.changelogs.setdefault(record.topic, {})[record.partition] = record.value or b""
+            if record.topic in self._kafka.topics:  # a repartition topic: its rows are read again
+                self._kafka.topics[record.topic].records[record.partition].append(
+                    _Record(record.key, record.value, NO_TIMESTAMP))
+                self._kafka.appended += 1
+            else:
+                self._kafka.changelogs.setdefault(record.topic, {})[record.partition] = record.value or b""
         self.abort_epoch()
-        self._topic.committed.update({tp.partition: (tp.offset, tp.metadata or "")
-                                      for commit in commits for tp in commit.offsets})
+        for commit in commits:
+            for tp in commit.offsets:
+                self._kafka.topic(tp.topic).committed[tp.partition] = (tp.offset, tp.metadata or "")
 
     def abort_epoch(self) -> None:
         self._pending_output, self._pending_dead_letters, self._pending_records = [], [], []
@@ -219,16 +246,19 @@ class _MemorySink:
 
 
 class _MemoryChangelog:
-    """The changelog topics of ``_MemoryTopic``: what the sink committed is what a restore reads."""
+    """The internal topics of ``_MemoryKafka``: what the sink committed is what a restore reads."""
 
-    def __init__(self, topic: _MemoryTopic) -> None:
-        self._topic = topic
+    def __init__(self, kafka: _MemoryKafka) -> None:
+        self._kafka = kafka
 
-    def ensure(self, topic: str, partitions: int) -> None:
-        self._topic.changelogs.setdefault(topic, {})
+    def ensure(self, topic: str, partitions: int, *, compacted: bool) -> None:
+        if compacted:
+            self._kafka.changelogs.setdefault(topic, {})
+        else:
+            self._kafka.topic(topic)
 
     def latest(self, topic: str, partition: int) -> bytes | None:
-        return self._topic.changelogs.get(topic, {}).get(partition)
+        return self._kafka.changelogs.get(topic, {}).get(partition)
 
     def close(self) -> None:
         return None
@@ -247,18 +277,19 @@ class TransformTestDriver:
         loaded = config if isinstance(config, ConnectorConfig) else load_config(config)
         self._state_dir = Path(tempfile.mkdtemp(prefix="epochline-driver-"))
         self.config = _with_state_dir(loaded, self._state_dir)
-        self._topic = _MemoryTopic(partitions)
+        self._kafka = _MemoryKafka(self.config.source.topic, partitions)
+        self._topic = self._kafka.topics[self.config.source.topic]
         if restore is not None:
-            self._topic.records = {p: list(records) for p, records in restore.topic.items()}
-            self._topic.committed = dict(restore.committed)
-            self._topic.changelogs = {name: dict(parts) for name, parts in restore.changelogs.items()}
+            self._kafka.topics = {name: topic.copy() for name, topic in restore.topics.items()}
+            self._kafka.changelogs = {name: dict(parts) for name, parts in restore.changelogs.items()}
+            self._topic = self._kafka.topics[self.config.source.topic]
         self._source_format = source_format(self.config)
-        self._sink = _MemorySink(self.config, self._topic)
+        self._sink = _MemorySink(self.config, self._kafka)
         self.metrics = Metrics()
         pipeline = KafkaPipeline(self.config, "in-memory", self.metrics,
                                  instance=Instance(self.config.name, "driver", self._state_dir),
-                                 open_source=lambda settings: _MemorySource(settings, self._topic),
-                                 sink=self._sink, changelog=_MemoryChangelog(self._topic))
+                                 open_source=lambda source: _MemorySource(source, self._kafka.topic(source.topic)),
+                                 sink=self._sink, changelog=_MemoryChangelog(self._kafka))
         self._coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(checkpoint_interval_s=0,
                                                                                poll_timeout_s=0))
         self._coordinator.start()
@@ -285,10 +316,11 @@ class TransformTestDriver:
         delivered a record that late), so windows the watermark now passes are emitted and committed."""
         self._process()
         for source in self._pipeline_sources():
-            for partition in self._topic.records:
+            for partition in source.partitions():
                 source.watermarks.observe(partition, to_ms)
         self._coordinator.run_cycle()
         self._commit()
+        self._process()
 
     # -- output ----------------------------------------------------------------------------------------
 
@@ -315,8 +347,8 @@ class TransformTestDriver:
     def snapshot(self) -> DriverSnapshot:
         """Commit what is queued, and hand back what a restarted instance would find in Kafka."""
         self._process()
-        return DriverSnapshot({p: list(r) for p, r in self._topic.records.items()}, dict(self._topic.committed),
-                              {name: dict(parts) for name, parts in self._topic.changelogs.items()})
+        return DriverSnapshot({name: topic.copy() for name, topic in self._kafka.topics.items()},
+                              {name: dict(parts) for name, parts in self._kafka.changelogs.items()})
 
     def close(self) -> None:
         self._coordinator.close()
@@ -331,9 +363,15 @@ class TransformTestDriver:
     # -- the loop ----------------------------------------------------------------------------------------
 
     def _process(self) -> None:
-        while self._coordinator.run_cycle():
-            pass
-        self._commit()
+        """Cycles until nothing is left, and the commit; again while a commit made repartitioned rows
+        readable (they go through the repartition topic, as on a broker)."""
+        while True:
+            appended = self._kafka.appended
+            while self._coordinator.run_cycle():
+                pass
+            self._commit()
+            if self._kafka.appended == appended:
+                return
 
     def _commit(self) -> None:
         self._coordinator.checkpoint()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from engine.state import KeyedState
-from engine.transforms.operator import Operator, OperatorConfigError, OperatorRuntimeError
+from engine.transforms.operator import Operator, OperatorConfigError, OperatorRuntimeError, Watermark
 
 
 @dataclass
@@ -37,7 +37,7 @@ class OperatorChain:
         input schema, or no columns while the schema is still unknown."""
         return self.input_schema.empty_table() if self.input_schema is not None else pa.table({})
 
-    def process(self, table: pa.Table, watermark: int | None) -> pa.Table:
+    def process(self, table: pa.Table, watermark: Watermark) -> pa.Table:
         if self.input_schema is None and table.num_columns:
             self.input_schema = table.schema
         for step in self.steps:
@@ -52,7 +52,7 @@ class OperatorChain:
         return {step.name: step.state for step in self.steps if step.state is not None}
 
 
-def run_step(step: Operator, table: pa.Table, watermark: int | None) -> pa.Table:
+def run_step(step: Operator, table: pa.Table, watermark: Watermark) -> pa.Table:
     """One operator's cycle; anything it raises leaves as ``OperatorRuntimeError`` naming the operator."""
     try:
         result = step.process(table, watermark)

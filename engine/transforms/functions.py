@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from engine.state import KeyedState
-from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError
+from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError, Watermark
 
 
 def load_function(target: str, operator_name: str) -> Callable[..., object]:
@@ -64,7 +64,7 @@ class PythonOperator:
         self._output_schema = result.schema
         return result.schema
 
-    def process(self, table: pa.Table, watermark: int | None) -> pa.Table:
+    def process(self, table: pa.Table, watermark: Watermark) -> pa.Table:
         expected = self._output_schema
         if expected is None:
             if table.num_columns == 0:

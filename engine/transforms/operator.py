@@ -17,11 +17,17 @@ compute and no schema to bind a query or probe a function with.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import pyarrow as pa
 
 from engine.state import KeyedState
+
+Watermark = int | Mapping[int, int] | None
+"""Event time in epoch ms that has surely passed: one for every partition (an int, e.g. the end-of-input
+flush), or per source partition (what a running connector passes: each partition's own progress), or None
+before any is known."""
 
 
 class OperatorConfigError(ValueError):
@@ -39,7 +45,7 @@ class Operator(Protocol):
         """Check the operator against the schema it will receive; return the schema it will emit."""
         ...
 
-    def process(self, table: pa.Table, watermark: int | None) -> pa.Table:
+    def process(self, table: pa.Table, watermark: Watermark) -> pa.Table:
         """One cycle: the cycle's rows in, the rows to emit out (possibly none). Watermark in epoch ms."""
         ...
 

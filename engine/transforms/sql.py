@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa
 
 from engine.state import KeyedState
-from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError
+from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError, Watermark
 
 INPUT_VIEW = "input"
 """The name a SQL query reads the cycle's rows from."""
@@ -54,7 +54,7 @@ class SqlOperator:
                 f"found statements {kinds}"
             )
 
-    def process(self, table: pa.Table, watermark: int | None) -> pa.Table:
+    def process(self, table: pa.Table, watermark: Watermark) -> pa.Table:
         if self._relation is None and table.num_columns == 0:
             return table
         relation = self._relation if self._relation is not None else self._bind_for(table.schema)

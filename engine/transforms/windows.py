@@ -37,8 +37,7 @@ MAX watermark Flink sends when a bounded source ends.
 Determinism (which exactly-once replay relies on: a restored run must emit the same rows as the original):
 aggregation runs single-threaded so floating-point sums add in a fixed order, and a partition's snapshot is
 its partial aggregates sorted by window and key, written as one Arrow IPC stream with the partition's
-``emitted_through`` in the schema metadata. The whole-state snapshot the checkpoint files hold
-(``WindowState.snapshot``) is the partitions' snapshots side by side.
+``emitted_through`` in the schema metadata.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.metadata import PARTITION, TIMESTAMP
-from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError
+from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError, Watermark
 from schemas.event_time import event_time_ms, floor_divide, is_event_time_type
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ END_OF_INPUT_WATERMARK = 2**63 - 1
 
 OUTPUT_TIMESTAMP = pa.timestamp("ms", tz="UTC")
 STATE_FORMAT = "2"
-"""Version of the snapshot layout; ``restore`` refuses any other. 2: state per source partition."""
+"""Version of the snapshot layout; ``restore_partition`` refuses any other. 2: state per source partition."""
 _RESERVED_PREFIX = "__window"
 _WINDOW_START = "__window_start"
 _PARTITION = "__window_partition"
@@ -79,7 +78,7 @@ _CONTENT_KEY = "epochline.window.content"
 _PARTITION_KEY = "epochline.window.partition"
 _EMITTED_KEY = "epochline.window.emitted_through"
 _ONE_PARTITION = "partition"
-_ALL_PARTITIONS = "all-partitions"
+"""``_CONTENT_KEY`` of every snapshot: one partition's state (anything else is refused on restore)."""
 _AGGREGATE = re.compile(r"^\s*(count|sum|min|max|avg)\s*\(\s*(.+?)\s*\)\s*$", re.IGNORECASE)
 
 PartialFunction = Literal["count_all", "count", "sum", "min", "max"]
@@ -173,8 +172,7 @@ class WindowState:
     of that partition ending at or before it has been emitted. A partition absent from it has emitted
     nothing.
 
-    Implements ``engine.state.KeyedState`` (per partition) and ``engine.state.OperatorState`` (every
-    partition at once, built from the per-partition snapshots, for the checkpoint files).
+    Implements ``engine.state.KeyedState``.
     """
 
     def __init__(self, fingerprint: str, key: list[str], operator_name: str) -> None:
@@ -213,7 +211,7 @@ class WindowState:
         table = pa.table({}) if rows.num_rows == 0 else rows.drop_columns([_PARTITION]).sort_by(self._order)
         emitted = self._emitted_through.get(partition)
         return _write_stream(table, {
-            **self._identity(_ONE_PARTITION),
+            **self._identity(),
             _PARTITION_KEY: str(partition),
             _EMITTED_KEY: "" if emitted is None else str(emitted),
         })
@@ -238,43 +236,6 @@ class WindowState:
         self._emitted_through.pop(partition, None)
         self._changed.discard(partition)
 
-    # -- OperatorState: every partition at once -------------------------------------------------------
-
-    def snapshot(self) -> bytes:
-        """Every partition holding state, as an Arrow IPC stream of (partition, that partition's
-        ``snapshot_partition`` bytes) sorted by partition: equal state gives equal bytes."""
-        partitions = sorted(self.partitions())
-        table = pa.table({
-            "partition": pa.array(partitions, _PARTITION_TYPE),
-            "state": pa.array([self.snapshot_partition(p) for p in partitions], pa.large_binary()),
-        })
-        return _write_stream(table, self._identity(_ALL_PARTITIONS))
-
-    def restore(self, data: bytes) -> None:
-        """Replace the state of every partition by ``data`` (from ``snapshot``): partitions not in it are
-        dropped, and no partition counts as changed (the state now equals what was written)."""
-        table, _ = self._read(data, _ALL_PARTITIONS)
-        pieces: list[pa.Table] = []
-        emitted_through: dict[int, int] = {}
-        partitions = table["partition"].to_pylist() if table.num_columns else []
-        blobs = table["state"].to_pylist() if table.num_columns else []
-        for partition, blob in zip(partitions, blobs, strict=True):
-            if partition is None or blob is None:
-                raise OperatorRuntimeError(
-                    f"operator {self._operator_name!r}: window state has a partition entry without partition "
-                    "or state")
-            rows, emitted = self._decode_partition(partition, blob)
-            if rows is not None:
-                self._check_schema(rows.schema, pieces[0].schema if pieces else None)
-                pieces.append(rows)
-            if emitted is not None:
-                emitted_through[partition] = emitted
-        if len(set(partitions)) != len(partitions):
-            raise OperatorRuntimeError(f"operator {self._operator_name!r}: window state names a partition twice")
-        self.partials = pa.concat_tables(pieces) if pieces else None
-        self._emitted_through = emitted_through
-        self._changed.clear()
-
     # -- used by the operator's cycle -----------------------------------------------------------------
 
     def mark_changed(self, partitions: Iterable[int]) -> None:
@@ -290,8 +251,8 @@ class WindowState:
 
     # -- helpers --------------------------------------------------------------------------------------
 
-    def _identity(self, content: str) -> dict[str, str]:
-        return {_FORMAT_KEY: STATE_FORMAT, _SPEC_KEY: self._fingerprint, _CONTENT_KEY: content}
+    def _identity(self) -> dict[str, str]:
+        return {_FORMAT_KEY: STATE_FORMAT, _SPEC_KEY: self._fingerprint, _CONTENT_KEY: _ONE_PARTITION}
 
     def _partitions_with_rows(self) -> set[int]:
         if self.partials is None or self.partials.num_rows == 0:
@@ -320,7 +281,7 @@ class WindowState:
     def _decode_partition(self, partition: int, data: bytes) -> tuple[pa.Table | None, int | None]:
         """A partition snapshot -> its partials (with the partition column; None if it has no open windows)
         and its ``emitted_through``."""
-        table, metadata = self._read(data, _ONE_PARTITION)
+        table, metadata = self._read(data)
         if metadata.get(_PARTITION_KEY) != str(partition):
             raise OperatorRuntimeError(
                 f"operator {self._operator_name!r}: window state of partition {metadata.get(_PARTITION_KEY)} "
@@ -333,7 +294,7 @@ class WindowState:
                                 pa.repeat(pa.scalar(partition, _PARTITION_TYPE), table.num_rows))
         return rows, int(emitted) if emitted else None
 
-    def _read(self, data: bytes, content: str) -> tuple[pa.Table, dict[str, str]]:
+    def _read(self, data: bytes) -> tuple[pa.Table, dict[str, str]]:
         """A snapshot's table (without schema metadata) and metadata, after checking format, spec and kind."""
         try:
             table = pa.ipc.open_stream(data).read_all()
@@ -352,10 +313,10 @@ class WindowState:
                 f"operator {self._operator_name!r}: checkpointed window state was written for spec "
                 f"{metadata.get(_SPEC_KEY)}, not for the configured {self._fingerprint}"
             )
-        if metadata.get(_CONTENT_KEY) != content:
+        if metadata.get(_CONTENT_KEY) != _ONE_PARTITION:
             raise OperatorRuntimeError(
                 f"operator {self._operator_name!r}: window state holds {metadata.get(_CONTENT_KEY)!r}, "
-                f"expected {content!r}"
+                f"expected {_ONE_PARTITION!r}"
             )
         return table.replace_schema_metadata(None), metadata
 
@@ -411,7 +372,7 @@ class WindowOperator:
         self._output_schema = output.schema
         return output.schema
 
-    def process(self, table: pa.Table, watermark: int | None) -> pa.Table:
+    def process(self, table: pa.Table, watermark: Watermark) -> pa.Table:
         """One cycle. Validates lazily against the first table with columns if ``validate`` was not called;
         an end-of-input flush may pass a table with no columns."""
         if self._output_schema is None and table.num_columns:
@@ -573,12 +534,15 @@ class WindowOperator:
             [*groups, *(p.column for p in self._partials)]
         )
 
-    def _emit(self, watermark: int | None, arrived: set[int]) -> pa.Table:
-        """Advance the partitions holding state or having rows this cycle to ``watermark``; emit the windows
-        their ``emitted_through`` has reached."""
+    def _emit(self, watermark: Watermark, arrived: set[int]) -> pa.Table:
+        """Advance the partitions holding state or having rows this cycle to ``watermark`` (each to its own,
+        given per partition); emit the windows their ``emitted_through`` has reached."""
         state = self._state
-        if watermark is not None:
+        if isinstance(watermark, int):
             state.advance(watermark, state.partitions() | arrived)
+        elif watermark is not None:
+            for partition, partition_watermark in watermark.items():
+                state.advance(partition_watermark, [partition])
         partials = state.partials
         if partials is None:
             return self._empty_output()

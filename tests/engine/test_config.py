@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from engine.config import ConfigError, duration_ms, load_config
+from engine.instance import InstanceNameError, resolve_instance
 from tests.helpers import EXAMPLES
 
 
@@ -26,7 +27,23 @@ def test_the_example_config_loads_with_paths_relative_to_its_file() -> None:
     config = load_config(EXAMPLES / "orders-clean.yaml")
     assert config.source.format_spec(config.base_dir).schema == EXAMPLES / "orders.schema.json"
     assert config.checkpoint.interval == 1000
-    assert config.transactional_id == "epochline-orders-clean-0"
+    assert config.group_id == "epochline-orders-clean"
+    assert config.sink.transaction_timeout == 10_000  # short, so a new owner of a partition waits seconds
+
+
+def test_an_instance_name_is_kept_and_names_the_transactional_id_and_members(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EPOCHLINE_INSTANCE", raising=False)
+    config = load_config(write(tmp_path))
+    generated = resolve_instance(config)
+    assert resolve_instance(config) == generated  # kept in the state directory, stable across restarts
+    assert generated.transactional_id == f"epochline-{config.name}-{generated.name}"
+    named = resolve_instance(config, "host-2")
+    assert (named.transactional_id, named.member("source")) == (f"epochline-{config.name}-host-2",
+                                                                f"{config.name}-host-2-source")
+    assert named.state_dir != generated.state_dir
+    with pytest.raises(InstanceNameError, match="instance name"):
+        resolve_instance(config, "no;semicolons")
 
 
 def test_an_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:

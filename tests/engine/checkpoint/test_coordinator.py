@@ -145,6 +145,9 @@ class FakeCallback:
         self.faults_since_commit += 1
         return self.committed_cuts
 
+    def input_ended(self, ends: Mapping[str, Mapping[int, int]]) -> bool:
+        return all(source.reached(ends.get(source.name, {})) for source in self.sources)
+
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None:
         self.calls.append("record_cycle")
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.metadata import PARTITION
-from engine.state import KeyedState, OperatorState
+from engine.state import KeyedState
 from engine.transforms import OperatorConfigError, OperatorRuntimeError
 from engine.transforms.windows import (
     DEFAULT_TIME_COLUMN,
@@ -160,43 +160,11 @@ def test_empty_cycle_without_open_windows_gives_empty_output_of_the_output_schem
     assert result.num_rows == 0 and result.schema.equals(schema)
 
 
-def test_snapshots_of_equal_state_are_equal_bytes() -> None:
-    left, right = tumbling(aggregates=ALL_AGGREGATES), tumbling(aggregates=ALL_AGGREGATES)
-    left.process(rows(("b", 1, 1), ("a", 2, 5)), watermark=None)
-    left.process(rows(("a", 13, 7)), watermark=None)
-    right.process(rows(("a", 13, 7), ("a", 2, 5), ("b", 1, 1)), watermark=None)
-    assert left.state.snapshot() == right.state.snapshot()
-
-
-def test_restored_state_snapshots_to_the_same_bytes() -> None:
-    operator = tumbling(aggregates=ALL_AGGREGATES)
-    operator.process(rows(("a", 1, 1), ("b", 22, None)), watermark=5)
-    restored = tumbling(aggregates=ALL_AGGREGATES)
-    restored.state.restore(operator.state.snapshot())
-    assert restored.state.snapshot() == operator.state.snapshot()
-    assert restored.state.emitted_through == {0: 5}
-
-
-def test_state_snapshotted_before_any_row_restores_to_empty_state() -> None:
-    operator = WindowOperator(WindowSpec("tumbling", 10, None, ["k"], "ts", {"n": "count(*)"}))
-    restored = WindowOperator(operator.spec)
-    restored.state.restore(operator.state.snapshot())
-    assert (restored.state.partials, restored.state.emitted_through) == (None, {})
-
-
-def test_restoring_state_of_an_incompatible_spec_is_a_config_error() -> None:
-    operator = tumbling(size=10)
-    operator.process(rows(("a", 1, 1)), watermark=None)
-    other = tumbling(size=20)
-    with pytest.raises(OperatorConfigError, match="checkpointed window state was written for spec"):
-        other.state.restore(operator.state.snapshot())
-
-
 def test_renaming_an_output_column_keeps_the_state_restorable() -> None:
     operator = tumbling(aggregates={"n": "count(*)"})
     operator.process(rows(("a", 1, 1)), watermark=None)
     renamed = tumbling(aggregates={"events": "count(*)"})
-    renamed.state.restore(operator.state.snapshot())
+    renamed.state.restore_partition(0, operator.state.snapshot_partition(0))
     assert plain(renamed.process(SCHEMA.empty_table(), watermark=10))[0]["events"] == 1
 
 
@@ -234,8 +202,13 @@ def test_spec_not_matching_the_input_schema_is_a_config_error_at_validate(spec: 
 
 def with_format(snapshot: bytes, version: str) -> bytes:
     """``snapshot`` with its format version replaced."""
+    return with_metadata(snapshot, "epochline.window.format", version)
+
+
+def with_metadata(snapshot: bytes, key: str, value: str) -> bytes:
+    """``snapshot`` with one entry of its schema metadata replaced."""
     table = pa.ipc.open_stream(snapshot).read_all()
-    metadata = {**(table.schema.metadata or {}), b"epochline.window.format": version.encode()}
+    metadata = {**(table.schema.metadata or {}), key.encode(): value.encode()}
     sink = pa.BufferOutputStream()
     table = table.replace_schema_metadata(metadata)
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -243,11 +216,10 @@ def with_format(snapshot: bytes, version: str) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def test_window_state_is_keyed_state_and_operator_state() -> None:
+def test_window_state_is_keyed_state() -> None:
     state = tumbling().state
     keyed: KeyedState = state
-    whole: OperatorState = state
-    assert isinstance(keyed, KeyedState) and isinstance(whole, OperatorState)
+    assert isinstance(keyed, KeyedState)
 
 
 def test_an_input_without_the_kafka_partition_is_a_config_error_saying_to_keep_it() -> None:
@@ -427,33 +399,16 @@ def test_a_partition_snapshot_of_another_input_type_is_a_config_error() -> None:
         tumbling(aggregates={"s": "sum(x)"}).state.restore_partition(0, other.state.snapshot_partition(0))
 
 
-@pytest.mark.parametrize("snapshot_of", ["partition", "whole state"])
-def test_state_of_another_format_version_is_refused(snapshot_of: str) -> None:
+def test_a_partition_snapshot_of_another_format_version_is_refused() -> None:
     operator = tumbling()
     operator.process(rows(("a", 1, 1)), watermark=None)
-    state = operator.state
     with pytest.raises(OperatorRuntimeError, match=rf"format '1', this version reads '{STATE_FORMAT}'"):
-        if snapshot_of == "partition":
-            tumbling().state.restore_partition(0, with_format(state.snapshot_partition(0), "1"))
-        else:
-            tumbling().state.restore(with_format(state.snapshot(), "1"))
+        tumbling().state.restore_partition(0, with_format(operator.state.snapshot_partition(0), "1"))
 
 
-def test_a_partition_snapshot_is_not_a_whole_state_snapshot() -> None:
+def test_a_snapshot_that_does_not_hold_one_partition_is_refused() -> None:
     operator = tumbling()
-    with pytest.raises(OperatorRuntimeError, match="holds 'partition', expected 'all-partitions'"):
-        operator.state.restore(operator.state.snapshot_partition(0))
+    operator.process(rows(("a", 1, 1)), watermark=None)
+    whole = with_metadata(operator.state.snapshot_partition(0), "epochline.window.content", "all-partitions")
     with pytest.raises(OperatorRuntimeError, match="holds 'all-partitions', expected 'partition'"):
-        operator.state.restore_partition(0, operator.state.snapshot())
-
-
-def test_the_whole_state_snapshot_holds_every_partition_and_its_restore_replaces_them_all() -> None:
-    operator = tumbling()
-    operator.process(cycle(rows(("a", 1, 1)), rows(("b", 2, 1), partition=1)), watermark=None)
-    operator.process(rows(("c", 14, 1), partition=2), watermark=10)
-    restored = tumbling()
-    restored.process(rows(("z", 3, 1), partition=5), watermark=None)
-    restored.state.restore(operator.state.snapshot())
-    assert restored.state.partitions() == {0, 1, 2}
-    assert restored.state.changed_partitions() == set()
-    assert all(restored.state.snapshot_partition(p) == operator.state.snapshot_partition(p) for p in range(6))
+        tumbling().state.restore_partition(0, whole)
