@@ -122,6 +122,7 @@ class KafkaWriter:
         self._format = value_format
         self._failed: list[str] = []
         self._not_authorized: SinkError | None = None
+        self._fatal: KafkaError | None = None
         self.interrupted: Callable[[], bool] = lambda: False
         """Polled while calls are retried: set by the engine so a stop signal ends the retries."""
         config: dict[str, object] = {
@@ -133,11 +134,18 @@ class KafkaWriter:
             "compression.type": "lz4",
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
+            "error_cb": self._on_error,
             "logger": CLIENT_LOGGER,  # librdkafka's lines go through epochline's logging
             **extra,
             **settings.producer_config,
         }
         self.producer = Producer(config)
+
+    def _on_error(self, error: KafkaError) -> None:
+        """Remember the producer's fatal error: later calls only say "Local: Fatal error", not which
+        (fenced by a newer instance, or something a new producer would get past)."""
+        if error.fatal():
+            self._fatal = error
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
@@ -159,8 +167,15 @@ class KafkaWriter:
         try:
             produce_all(self.producer, topic, values, keys, headers)
         except KafkaException as exc:  # e.g. fenced, or no transaction open
-            what = f"producing to topic {topic!r}"
-            raise classify(exc.args[0], what) or SinkError(f"{what}: {exc.args[0].str()}") from exc
+            raise self._produce_failure(exc, f"producing to topic {topic!r}") from exc
+
+    def _produce_failure(self, exc: KafkaException, what: str) -> SinkError:
+        """What a refused ``produce`` means; "Local: Fatal error" is told apart by the fatal error itself."""
+        error: KafkaError = exc.args[0]
+        if error.code() == KafkaError._FATAL:
+            self.producer.poll(0)  # serves the error callback that names the fatal error
+            error = self._fatal or error
+        return classify(error, what) or SinkError(f"{what}: {error.str()}")
 
     def write_records(self, records: Sequence[OutgoingRecord]) -> Produced:
         """Produce records to the partitions they name (state changelogs, repartitioned rows)."""
@@ -169,8 +184,8 @@ class KafkaWriter:
                 produce_waiting(self.producer, record.topic, record.value, record.key, record.headers,
                                 partition=record.partition)
             except KafkaException as exc:
-                what = f"producing to topic {record.topic!r} partition {record.partition}"
-                raise classify(exc.args[0], what) or SinkError(f"{what}: {exc.args[0].str()}") from exc
+                raise self._produce_failure(exc, f"producing to topic {record.topic!r} partition "
+                                                 f"{record.partition}") from exc
         return produced([record.value for record in records])
 
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:

@@ -109,6 +109,7 @@ class Source(Protocol):
     name: str
 
     def poll_batch(self, timeout: float) -> SourceBatch | None: ...
+    def position(self) -> SourceCheckpoint: ...
     def inject_barrier(self, checkpoint_id: int) -> SourceCheckpoint: ...
     def restore(self, checkpoint: SourceCheckpoint) -> None: ...
     def reached(self, ends: Mapping[int, int]) -> bool: ...
@@ -195,6 +196,7 @@ class StreamingCoordinator:
         self._paused = False
         self._dirty = False
         self._turn = 0
+        self._committed_cuts: dict[str, SourceCheckpoint] = {}
         self.checkpoints_committed = 0
         self.checkpoints_abandoned = 0
 
@@ -226,6 +228,8 @@ class StreamingCoordinator:
                 self._apply_controls()
                 self._apply_backpressure()
                 polled = self.run_cycle()
+                if ends is not None and not polled and not self._dirty and self._moved_since_commit():
+                    self._dirty = True  # past trailing transaction markers: the group must see that too
                 at_end = ends is not None and not polled and self.callback.input_ended(ends)
                 if self.stop.requested or at_end or self._clock() >= next_checkpoint:
                     self.checkpoint()
@@ -304,8 +308,14 @@ class StreamingCoordinator:
             self.checkpoints_abandoned += 1
             return False
         self._dirty = False
+        self._committed_cuts = cuts
         self.checkpoints_committed += 1
         return True
+
+    def _moved_since_commit(self) -> bool:
+        """A source's position moved without handing out a record (over transaction markers): its offsets
+        are worth committing, or instances waiting for the group's committed offsets would wait for ever."""
+        return any(source.position() != self._committed_cuts.get(name) for name, source in self._sources.items())
 
     def _rewind(self, attempt: CheckpointAttempt | None, reason: str) -> None:
         cuts = self.callback.abandon_checkpoint_attempt(attempt, reason)

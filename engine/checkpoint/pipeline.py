@@ -65,6 +65,8 @@ from sinks import EpochAborted, KafkaWriter, OffsetCommit, OutgoingRecord, Sink
 
 log = logging.getLogger(__name__)
 
+WAITING_LOG_INTERVAL_S = 5.0
+
 
 class RecoveryError(RuntimeError):
     """What Kafka says committed cannot be restored; starting anyway would break exactness."""
@@ -135,6 +137,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._partitions = 0
         self._repartition_pending = False
         self._repartition_ends: dict[int, int] | None = None
+        self._waiting_logged_at = float("-inf")
         self._sources: dict[str, PipelineSource] = {}
         self._control: EpochControl | None = None
         self._committed_cuts: dict[str, dict[int, int]] = {}
@@ -371,7 +374,19 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         repartitioned = self._sources[REPARTITION_SOURCE]
         if self._repartition_ends is None:
             self._repartition_ends = repartitioned.end_offsets()
-        return repartitioned.reached(self._repartition_ends)
+            log.info("input committed; waiting for its repartitioned rows", extra={
+                "repartition_ends": self._repartition_ends})
+        if repartitioned.reached(self._repartition_ends):
+            return True
+        self._log_waiting(repartitioned)
+        return False
+
+    def _log_waiting(self, source: PipelineSource) -> None:
+        now = time.monotonic()
+        if now - self._waiting_logged_at >= WAITING_LOG_INTERVAL_S:
+            self._waiting_logged_at = now
+            log.info("waiting for the group to commit the end", extra={
+                "source": source.name, "positions": dict(source.position().offsets), "ends": self._repartition_ends})
 
     def _take_dead_letters(self) -> list[DeadLetter]:
         letters, self._pending_dead_letters = self._pending_dead_letters, []

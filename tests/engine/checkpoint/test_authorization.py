@@ -38,12 +38,16 @@ def topics_with_input(kafka_scram: ScramKafka) -> str:
     return name
 
 
+INSTANCE = "host-1"
+"""The instance the tests run: its transactional id is ``epochline-<name>-host-1``, the one granted."""
+
+
 def principal(kafka_scram: ScramKafka, name: str, *, write_sink: bool = True) -> ClientAuth:
     """Exactly what connector ``name`` needs (or all of it but WRITE on its sink topic)."""
     return kafka_scram.create_principal(
         f"{name}-user", read_topics=[f"{name}-in"],
         write_topics=[f"{name}-out", f"{name}-dlq"] if write_sink else [f"{name}-dlq"],
-        groups=[f"epochline-{name}"], transactional_ids=[f"epochline-{name}-0"])
+        groups=[f"epochline-{name}"], transactional_ids=[f"epochline-{name}-{INSTANCE}"])
 
 
 def connector_config(tmp_path: Path, name: str, user: ClientAuth) -> Path:
@@ -62,7 +66,7 @@ def connector_config(tmp_path: Path, name: str, user: ClientAuth) -> Path:
 
 def run(config: Path, bootstrap: str, password: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "engine.cli", "run", str(config), "--bootstrap-servers", bootstrap,
-                           "--stop-at-end"], capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, check=False,
+                           "--stop-at-end", "--instance", INSTANCE], capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, check=False,
                           env={**os.environ, PASSWORD_VARIABLE: password})
 
 

@@ -18,6 +18,9 @@ from engine.testing import read_values
 from engine.testing.cluster import LocalCluster
 from tests.helpers.connector_process import LiveInput, json_field_counts, start_connector, write_config
 
+INSTANCE = ["--instance", "solo"]
+"""The connector's instance name, so the test knows its transactional id (and its coordinator)."""
+
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 RECORDS = 200_000
@@ -52,20 +55,22 @@ def test_output_stays_exact_while_brokers_and_the_connector_are_killed(kafka_clu
     })
     stream = LiveInput(kafka_cluster.bootstrap, source, [order(i) for i in range(RECORDS)], PARTITIONS, 60)
     rng = random.Random(kind)
-    connector = start_connector(config, kafka_cluster.bootstrap, log_name="run0")
+    connector = start_connector(config, kafka_cluster.bootstrap, log_name="run0", extra_args=INSTANCE)
     bounced = []
     for bounce in range(BOUNCES):
         time.sleep(rng.uniform(5, 9))
-        node = victim_of(kafka_cluster, kind, sink, f"epochline-{name}-0")
+        node = victim_of(kafka_cluster, kind, sink, f"epochline-{name}-{INSTANCE[1]}")
         assert kafka_cluster.kill(node)
         bounced.append(node)
         time.sleep(rng.uniform(2, 5))
         connector.kill()  # the connector dies too, while the node is down
-        connector = start_connector(config, kafka_cluster.bootstrap, log_name=f"run{bounce + 1}")
+        connector = start_connector(config, kafka_cluster.bootstrap, log_name=f"run{bounce + 1}",
+                                    extra_args=INSTANCE)
         kafka_cluster.start(node)
     stream.join(180)
     connector.kill()
-    final = start_connector(config, kafka_cluster.bootstrap, stop_at_end=True, log_name="final")
+    final = start_connector(config, kafka_cluster.bootstrap, stop_at_end=True, log_name="final",
+                            extra_args=INSTANCE)
     assert final.wait(300) == 0, final.log_tail()
 
     committed = json_field_counts(read_values(kafka_cluster.bootstrap, sink, timeout=120), "id")

@@ -55,6 +55,9 @@ class FakeSource:
     def inject_barrier(self, checkpoint_id: int) -> SourceCheckpoint:
         return self.cut()
 
+    def position(self) -> SourceCheckpoint:
+        return self.cut()
+
     def restore(self, checkpoint: SourceCheckpoint) -> None:
         self.handed_out = checkpoint.offsets[0]
 
