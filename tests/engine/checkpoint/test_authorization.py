@@ -65,8 +65,9 @@ def connector_config(tmp_path: Path, name: str, user: ClientAuth) -> Path:
 
 
 def run(config: Path, bootstrap: str, password: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine.cli", "run", str(config), "--bootstrap-servers", bootstrap,
-                           "--stop-at-end", "--instance", INSTANCE], capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, check=False,
+    command = [sys.executable, "-m", "engine.cli", "run", str(config), "--bootstrap-servers", bootstrap,
+               "--stop-at-end", "--instance", INSTANCE]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, check=False,
                           env={**os.environ, PASSWORD_VARIABLE: password})
 
 
