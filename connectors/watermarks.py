@@ -9,7 +9,8 @@ history.
 Across partitions (``current()``): the minimum over the *active* partitions of the largest event time seen
 on each, minus the allowed lateness. A partition that delivered nothing for ``idle_timeout_ms`` stops
 holding it back; when every partition is idle it follows the largest event time seen anywhere. It never
-goes backwards.
+goes backwards. A quiet partition's own watermark follows it, so one quiet partition's windows still
+close when the others move on.
 """
 
 from __future__ import annotations
@@ -85,8 +86,18 @@ class WatermarkTracker:
         the instance's watermark, because partitions move between instances: a partition taken over with a
         backlog is judged by its own history (committed with its offsets), not by the partitions its new
         owner had already read further. Window state is per partition too, so a row on time for its
-        partition never lands in a window already emitted for it."""
-        return {p: t - self.allowed_lateness_ms for p, t in self._max_event_time.items()}
+        partition never lands in a window already emitted for it. A partition quiet for ``idle_timeout_ms``
+        follows ``current()`` instead (when that is further), so its windows still close; old rows it
+        delivers when it wakes up are late."""
+        thresholds = {p: t - self.allowed_lateness_ms for p, t in self._max_event_time.items()}
+        overall = self.current()
+        if overall is None:
+            return thresholds
+        now = self._clock()
+        for partition, seen in self._last_seen.items():  # a quiet partition follows the others, as before
+            if now - seen >= self.idle_timeout_s:
+                thresholds[partition] = max(thresholds.get(partition, overall), overall)
+        return thresholds
 
     def max_event_times(self) -> dict[int, int]:
         return dict(self._max_event_time)

@@ -171,3 +171,14 @@ def test_filter_late_rows_without_watermark_keeps_every_row() -> None:
     on_time, late = filter_late_rows(batch, None, "event_ms")
     assert on_time.equals(batch)
     assert late.num_rows == 0 and late.schema == batch.schema
+
+
+def test_rows_are_judged_late_by_their_own_partition_and_a_quiet_partition_follows_the_others(
+        clock: FakeClock) -> None:
+    tracker = WatermarkTracker(1_000, 10_000, clock)
+    tracker.observe(0, 5_000)
+    tracker.observe(1, 20_000)
+    assert tracker.late_thresholds() == {0: 4_000, 1: 19_000}  # partition 0 is not judged by partition 1
+    clock.advance_ms(11_000)
+    tracker.observe(1, 30_000)  # partition 0 has been quiet for longer than the idle timeout
+    assert tracker.late_thresholds() == {0: 29_000, 1: 29_000}

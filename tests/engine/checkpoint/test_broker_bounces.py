@@ -16,7 +16,7 @@ import pytest
 from connectors.admin import create_topic
 from engine.testing import read_values
 from engine.testing.cluster import LocalCluster
-from tests.helpers.connector_process import LiveInput, json_field_counts, start_connector, write_config
+from tests.helpers.connector_process import Connector, LiveInput, json_field_counts, start_connector, write_config
 
 INSTANCE = ["--instance", "solo"]
 """The connector's instance name, so the test knows its transactional id (and its coordinator)."""
@@ -36,6 +36,14 @@ def victim_of(cluster: LocalCluster, kind: str, sink: str, transactional_id: str
     if kind == "output-leader":
         return cluster.leader_of(sink, 0)
     return cluster.transaction_coordinator_of(transactional_id)
+
+
+def wait_for_partitions(connector: Connector, timeout: float = 60.0) -> None:
+    """Until the restarted connector holds partitions again, so the next kill lands while it works."""
+    deadline = time.monotonic() + timeout
+    while '"partitions assigned"' not in connector.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, connector.log_tail()
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("kind", ["output-leader", "transaction-coordinator"])
@@ -67,6 +75,7 @@ def test_output_stays_exact_while_brokers_and_the_connector_are_killed(kafka_clu
         connector = start_connector(config, kafka_cluster.bootstrap, log_name=f"run{bounce + 1}",
                                     extra_args=INSTANCE)
         kafka_cluster.start(node)
+        wait_for_partitions(connector)  # the group waits out the killed member's session first
     stream.join(180)
     connector.kill()
     final = start_connector(config, kafka_cluster.bootstrap, stop_at_end=True, log_name="final",
