@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from schemas import Format
 from sinks.calls import with_retries, within_deadline
@@ -78,6 +78,16 @@ class TransactionalKafkaSink(KafkaWriter):
             lambda: self.producer.send_offsets_to_transaction(commit.offsets, commit.group_metadata, 30),
             "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({names})",
             interrupted=self.interrupted)
+
+    def _fatal_cause(self) -> KafkaError | None:
+        """librdkafka names a transactional producer's fatal error (fenced by a newer instance, ...) only
+        through its next transactional call; the producer is unusable anyway, so ask by aborting."""
+        try:
+            self.producer.abort_transaction(0.1)
+        except KafkaException as exc:
+            cause: KafkaError = exc.args[0]
+            return cause
+        return None
 
     def abort_epoch(self) -> None:
         if self._in_transaction:

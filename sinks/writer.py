@@ -122,7 +122,6 @@ class KafkaWriter:
         self._format = value_format
         self._failed: list[str] = []
         self._not_authorized: SinkError | None = None
-        self._fatal: KafkaError | None = None
         self.interrupted: Callable[[], bool] = lambda: False
         """Polled while calls are retried: set by the engine so a stop signal ends the retries."""
         config: dict[str, object] = {
@@ -134,18 +133,11 @@ class KafkaWriter:
             "compression.type": "lz4",
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
-            "error_cb": self._on_error,
             "logger": CLIENT_LOGGER,  # librdkafka's lines go through epochline's logging
             **extra,
             **settings.producer_config,
         }
         self.producer = Producer(config)
-
-    def _on_error(self, error: KafkaError) -> None:
-        """Remember the producer's fatal error: later calls only say "Local: Fatal error", not which
-        (fenced by a newer instance, or something a new producer would get past)."""
-        if error.fatal():
-            self._fatal = error
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
@@ -173,9 +165,13 @@ class KafkaWriter:
         """What a refused ``produce`` means; "Local: Fatal error" is told apart by the fatal error itself."""
         error: KafkaError = exc.args[0]
         if error.code() == KafkaError._FATAL:
-            self.producer.poll(0)  # serves the error callback that names the fatal error
-            error = self._fatal or error
+            error = self._fatal_cause() or error
         return classify(error, what) or SinkError(f"{what}: {error.str()}")
+
+    def _fatal_cause(self) -> KafkaError | None:
+        """Which fatal error stopped the producer (fenced, or something a new producer gets past); None when
+        this kind of producer cannot tell."""
+        return None
 
     def write_records(self, records: Sequence[OutgoingRecord]) -> Produced:
         """Produce records to the partitions they name (state changelogs, repartitioned rows)."""

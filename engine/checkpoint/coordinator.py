@@ -231,10 +231,12 @@ class StreamingCoordinator:
                 if ends is not None and not polled and not self._dirty and self._moved_since_commit():
                     self._dirty = True  # past trailing transaction markers: the group must see that too
                 at_end = ends is not None and not polled and self.callback.input_ended(ends)
+                committed = True
                 if self.stop.requested or at_end or self._clock() >= next_checkpoint:
-                    self.checkpoint()
+                    committed = self.checkpoint()
                     next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
-                if (self.stop.requested or at_end) and not self._dirty:
+                # At the end only a committed epoch counts: an abandoned one was rewound and is read again.
+                if (self.stop.requested or (at_end and committed)) and not self._dirty:
                     return
         finally:
             self.close()
@@ -286,6 +288,7 @@ class StreamingCoordinator:
     def _on_cycle_failure(self, failure: CycleFailed) -> None:
         if not self.callback.fault_on_cycle_error():
             log.error("cycle dropped", extra={"error": str(failure)})
+            self._dirty = True  # its rows went to the dead-letter topic and its offsets moved: commit them
             return
         log.error("cycle failed, recovering from the last committed checkpoint", extra={"error": str(failure)})
         self._rewind(None, str(failure))

@@ -18,11 +18,12 @@ from typing import Protocol, cast
 import pyarrow as pa
 from confluent_kafka import TopicPartition
 
+from connectors.changelog import ChangelogError, ChangelogTimeout
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter
 from connectors.metadata import KEY, OFFSET, PARTITION, value_columns
 from connectors.offset_metadata import CommittedEpoch, MalformedOffsetMetadata, checkpoint_metadata, committed_epoch
-from connectors.source import KafkaSource, PartitionListener, SourceBatch, SourceSettings
+from connectors.source import KafkaSource, PartitionListener, SourceBatch, SourceSettings, SourceUnavailable
 from connectors.watermarks import WatermarkTracker, filter_late_rows
 from engine.checkpoint.coordinator import (
     CheckpointAbandoned,
@@ -263,7 +264,15 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             started = time.monotonic()
             restored = 0
             for partition in partitions:
-                data = self._changelog.latest(self._changelog_topic(operator), partition)
+                topic = self._changelog_topic(operator)
+                try:
+                    data = self._changelog.latest(topic, partition)
+                except ChangelogTimeout as error:  # e.g. a dead owner's transaction not yet timed out
+                    raise SourceUnavailable(f"restoring {operator!r} partition {partition}: {error}") from error
+                except ChangelogError as error:
+                    raise RecoveryError(f"the state of {operator!r} partition {partition} cannot be read from "
+                                        f"{topic!r} ({error}); starting without it would lose window results"
+                                        ) from error
                 state.restore_partition(partition, data)
                 restored += len(data or b"")
             elapsed = time.monotonic() - started
@@ -289,7 +298,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._cycle_bytes_in += batch.value_bytes
         self.metrics.dead_letters(len(batch.dead_letters))
         rows = restored(batch.batch) if source == REPARTITION_SOURCE else batch.batch
-        thresholds = self._sources[source].watermarks.late_thresholds()
+        thresholds = self._late_thresholds(source)
         settings = self._source_settings[source]
         on_time, late = filter_late_rows(rows, thresholds, settings.event_time_column)
         if late.num_rows:
@@ -299,6 +308,17 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                 self._pending_dead_letters += self._dead_letters_from_rows(
                     source, late, f"late row: event time behind its partition's watermark {behind}", "late")
         return SourceBatch(source=batch.source, batch=on_time, dead_letters=[], value_bytes=batch.value_bytes)
+
+    def _late_thresholds(self, source: str) -> dict[int, int]:
+        """The source's per-partition thresholds, never below what keyed state already closed: a partition's
+        own threshold can be lower (it moved here, or woke up after following the others while quiet), and a
+        row between the two would be ignored by its window without a trace."""
+        thresholds = self._sources[source].watermarks.late_thresholds()
+        if source == self._keyed_source:
+            for state in self._keyed_states().values():
+                for partition, closed in state.closed_through().items():
+                    thresholds[partition] = max(thresholds.get(partition, closed), closed)
+        return thresholds
 
     def _dead_letters_from_rows(self, source: str, rows: pa.RecordBatch | pa.Table, reason: str,
                                 stage: str) -> list[DeadLetter]:

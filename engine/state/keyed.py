@@ -48,3 +48,8 @@ class KeyedState(Protocol):
     def partitions(self) -> set[int]:
         """The partitions holding state."""
         ...
+
+    def closed_through(self) -> dict[int, int]:
+        """Per partition, the event time up to which results are final (windows emitted): a row behind it
+        can no longer count, so the engine judges it late instead of handing it over."""
+        ...

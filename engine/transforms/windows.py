@@ -192,6 +192,10 @@ class WindowState:
         """Partition -> the highest watermark it has seen (a copy)."""
         return dict(self._emitted_through)
 
+    def closed_through(self) -> dict[int, int]:
+        """``KeyedState``: every window of a partition ending at or before its ``emitted_through`` is out."""
+        return self.emitted_through
+
     # -- KeyedState -----------------------------------------------------------------------------------
 
     def changed_partitions(self) -> set[int]:

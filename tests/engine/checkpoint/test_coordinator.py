@@ -196,6 +196,13 @@ def test_stop_at_end_commits_everything_exactly_once_and_closes() -> None:
     assert callback.sources[0].closed
 
 
+def test_stop_at_end_does_not_return_after_its_final_epoch_was_abandoned() -> None:
+    callback = FakeCallback([FakeSource("a", [[1, 2], [3]])])
+    callback.fail_checkpoints = 1  # the epoch taken at the end aborts: its rows are read again
+    _coordinator(callback).run()
+    assert callback.committed == [1, 2, 3]
+
+
 def test_sources_take_turns_one_per_cycle_and_barriers_cut_both_at_what_they_handed_out() -> None:
     a, b = FakeSource("a", [[1, 2], [3]]), FakeSource("b", [[10], [11, 12]])
     callback = FakeCallback([a, b])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,34 @@ def test_the_driver_and_a_run_on_the_broker_produce_the_same_records(kafka_boots
     on_broker = (sorted(v or b"" for v in read_values(kafka_bootstrap, sink)), read_values(kafka_bootstrap, dlq))
     assert on_driver == on_broker
     assert read_topic(kafka_bootstrap, sink, FormatSpec(format="json")).num_rows == 3
+
+
+def quiet_partition_config(tmp_path: Path, idle_timeout_ms: int) -> ConnectorConfig:
+    schema = tmp_path / "orders.schema.json"
+    schema.write_bytes((EXAMPLES / "orders.schema.json").read_bytes())
+    return load_config(write_config(tmp_path / str(idle_timeout_ms), {
+        "name": "driver-quiet",
+        "source": {"topic": "orders", "format": "json", "schema": str(schema),
+                   "event_time": {"column": "ts", "allowed_lateness": "0s", "idle_timeout": idle_timeout_ms}},
+        "transform": {"window": {"kind": "tumbling", "size": "10s", "key": ["__kafka_key", "user"],
+                                 "time_column": "ts", "aggregates": {"total": "sum(amount)", "n": "count(*)"}}},
+        "sink": {"topic": "order-totals", "format": "json"},
+        "dead_letter": {"topic": "orders-late"},
+    }))
+
+
+def test_a_row_behind_what_its_partitions_windows_already_emitted_is_dead_lettered_not_lost(
+        tmp_path: Path) -> None:
+    with TransformTestDriver(quiet_partition_config(tmp_path, 1), partitions=2) as driver:
+        driver.send([order(1, 1.0, 1)], partition=0, key=b"ada")
+        driver.send([order(2, 2.0, 25, "bob")], partition=1, key=b"bob")
+        time.sleep(0.05)
+        driver.send([order(3, 3.0, 30, "bob")], partition=1, key=b"bob")  # partition 0 follows: [0, 10) closes
+        assert ("ada", "2026-01-01T00:00:00.000Z", 1.0, 1) in totals(driver.output_rows())
+        snapshot = driver.snapshot()
+    # A new owner of partition 0: its own event time (1 s, from the offset metadata) is behind what its window
+    # state (from the changelog) already emitted (30 s); a row at 5 s is late, not silently ignored.
+    with TransformTestDriver(quiet_partition_config(tmp_path, 3_600_000), partitions=2, restore=snapshot) as owner:
+        owner.send([order(4, 4.0, 5)], partition=0, key=b"ada")
+        assert [orjson.loads(letter.value or b"")["id"] for letter in owner.dead_letters()] == [4]
+        assert owner.output_rows() == []
