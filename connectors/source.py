@@ -538,6 +538,10 @@ class KafkaSource:
                    ) from error
         return {tp.partition: (tp.offset, tp.metadata) for tp in answered if tp.offset >= 0}
 
+    def commit_offsets(self, offsets: list[TopicPartition]) -> None:
+        """Commit as this group member, outside any transaction (the at-least-once sink's commit)."""
+        self._consumer.commit(offsets=offsets, asynchronous=False)
+
     def consumer_group_metadata(self) -> object:
         """The consumer's group metadata, for ``Producer.send_offsets_to_transaction``."""
         return self._consumer.consumer_group_metadata()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 
-from connectors.admin import CLIENT_LOGGER
 from schemas import Format
-from sinks.errors import EpochAborted
+from sinks.errors import EpochAborted, SinkError
 from sinks.writer import KafkaWriter, OffsetCommit, SinkSettings
 
 
@@ -22,11 +21,6 @@ class AtLeastOnceKafkaSink(KafkaWriter):
 
     def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format):
         super().__init__(settings, bootstrap, value_format, {"enable.idempotence": True})
-        self._committer = Consumer({
-            **settings.client_config,
-            "bootstrap.servers": bootstrap, "group.id": settings.group_id, "enable.auto.commit": False,
-            "logger": CLIENT_LOGGER,
-        })
 
     def start(self) -> None:
         return None
@@ -35,13 +29,18 @@ class AtLeastOnceKafkaSink(KafkaWriter):
         return None
 
     def commit_epoch(self, commits: Sequence[OffsetCommit]) -> None:
+        """Once every record of the epoch is delivered, each source's member commits its offsets."""
         self.flush(self.settings.transaction_timeout_ms / 1000)
-        offsets = [tp for commit in commits for tp in commit.offsets]
-        if offsets:
+        for commit in commits:
+            if not commit.offsets:
+                continue
+            if commit.commit_through is None:
+                raise SinkError("at-least-once: offsets without the group member that can commit them")
             try:
-                self._committer.commit(offsets=offsets, asynchronous=False)
+                commit.commit_through(commit.offsets)
             except KafkaException as exc:
-                raise EpochAborted(f"committing offsets ({offsets[0].metadata}) failed: {exc.args[0].str()}") from exc
+                raise EpochAborted(f"committing offsets ({commit.offsets[0].metadata}) failed: "
+                                   f"{exc.args[0].str()}") from exc
 
     def abort_epoch(self) -> None:
         """Records already written stay written: at-least-once readers may see them twice after a rewind."""
@@ -49,4 +48,3 @@ class AtLeastOnceKafkaSink(KafkaWriter):
 
     def close(self) -> None:
         self.producer.flush(10)
-        self._committer.close()

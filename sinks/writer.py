@@ -60,6 +60,9 @@ class OffsetCommit(NamedTuple):
 
     offsets: list[TopicPartition]
     group_metadata: object
+    commit_through: Callable[[list[TopicPartition]], None] | None = None
+    """How the group member that read the offsets commits them outside a transaction (at-least-once): a
+    commit by anyone else is refused while the group has members ("Unknown member")."""
 
 
 class OutgoingRecord(NamedTuple):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import TopicPartition
 
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter
@@ -166,6 +167,10 @@ class _MemorySource:
         observe_batch(self.watermarks, batch, self.settings.event_time_column)
 
     def consumer_group_metadata(self) -> object:
+        return None
+
+    def commit_offsets(self, offsets: list[TopicPartition]) -> None:
+        """The in-memory sink records committed offsets itself, for either delivery guarantee."""
         return None
 
     def lag(self) -> dict[int, int]:
