@@ -487,3 +487,70 @@ def _check_cleanup_policy(admin: AdminClient, bootstrap: str, name: str, compact
     if not compacted and "compact" in actual:
         raise TopicMismatch(f"topic {name!r} on {bootstrap} has cleanup.policy={','.join(sorted(actual))}, "
                             f"delete is required (compaction would drop rows that share a key)")
+
+
+class GroupNotEmpty(TopicAdminError):
+    """The group still has members: its offsets can only be changed while no instance runs."""
+
+
+def cluster_id(bootstrap: str, client_config: ClientConfig | None = None, timeout: float = 30.0) -> str | None:
+    """The Kafka cluster id (what the worker's ``GET /`` reports), as the metadata response gives it."""
+    admin = _admin_client(bootstrap, client_config)
+    try:
+        return admin.list_topics(timeout=timeout).cluster_id
+    except KafkaException as exc:
+        raise KafkaUnreachable(f"cannot reach Kafka at {bootstrap}: {describe_connect_error(exc.args[0])}") from exc
+
+
+def alter_group_offsets(bootstrap: str, group: str, offsets: list[TopicPartition], timeout: float = 30.0,
+                        client_config: ClientConfig | None = None) -> None:
+    """Set the group's committed offsets (no metadata: the next owner starts there with a fresh event time).
+    The broker refuses it while the group has members (``GroupNotEmpty``)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = _admin_client(bootstrap, client_config)
+    [future] = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, offsets)],
+                                                  request_timeout=timeout).values()
+    _group_change(future, bootstrap, group, "altering the offsets of", timeout)
+
+
+def delete_group(bootstrap: str, group: str, timeout: float = 30.0, client_config: ClientConfig | None = None) -> bool:
+    """Delete the group and so every offset it committed; False when there was no such group. The broker
+    refuses it while the group has members (``GroupNotEmpty``)."""
+    admin = _admin_client(bootstrap, client_config)
+    [future] = admin.delete_consumer_groups([group], request_timeout=timeout).values()
+    try:
+        _group_change(future, bootstrap, group, "deleting", timeout)
+    except GroupMissing:
+        return False
+    return True
+
+
+def _group_change(future: Future[Any], bootstrap: str, group: str, what: str, timeout: float) -> None:
+    try:
+        future.result(timeout + 1.0)
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        if error.code() == KafkaError.NON_EMPTY_GROUP:
+            raise GroupNotEmpty(f"{what} consumer group {group!r} refused: it still has members "
+                                "(stop every instance first)") from exc
+        raise _group_error(bootstrap, group, error) from exc
+    except TimeoutError as exc:
+        raise KafkaUnreachable(f"{what} consumer group {group!r}: Kafka at {bootstrap} did not answer "
+                               f"within {timeout:.0f}s") from exc
+
+
+def delete_topics(bootstrap: str, topics: list[str], timeout: float = 30.0,
+                  client_config: ClientConfig | None = None) -> None:
+    """Delete ``topics`` (all of them or ``TopicAdminError`` naming the first that failed), within ``timeout``."""
+    if not topics:
+        return
+    admin = _admin_client(bootstrap, client_config)
+    for topic, future in admin.delete_topics(topics, operation_timeout=timeout, request_timeout=timeout).items():
+        try:
+            future.result(timeout + 1.0)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            raise TopicAdminError(f"deleting topic {topic!r} on {bootstrap}: {error.name()}: {error.str()}") from exc
+        except TimeoutError as exc:
+            raise TopicAdminError(f"deleting topic {topic!r}: no answer from {bootstrap} within {timeout:g}s") from exc

@@ -1,7 +1,7 @@
 """What epochline writes into the metadata string of a committed offset, and how it reads it back.
 
 The committed offset is the witness of what committed (DESIGN.md): a streaming epoch commits its cut with
-``epochline:checkpoint=N;instance=I;event_time=T`` (instance and event time may be absent); a batch item
+``epochline:checkpoint=N;instance=I;event_time=T;at=MS`` (all but the checkpoint may be absent); a batch item
 commits its range end with ``epochline:batch=B;item=K;run=R;records=…;bytes=…;seconds=…``. Both are
 ``epochline:`` followed by ``;``-separated ``key=value`` fields, written and parsed here only. The broker keeps at most
 ``offset.metadata.max.bytes`` (4096 by default) per offset, so the fields stay short.
@@ -21,6 +21,7 @@ PREFIX = "epochline:"
 CHECKPOINT_FIELD = "checkpoint"
 INSTANCE_FIELD = "instance"
 EVENT_TIME_FIELD = "event_time"
+COMMITTED_AT_FIELD = "at"
 
 
 class MalformedOffsetMetadata(ValueError):
@@ -51,15 +52,19 @@ def decode(metadata: str | None) -> dict[str, str] | None:
     return fields
 
 
-def checkpoint_metadata(checkpoint_id: int, instance: str | None = None, event_time: int | None = None) -> str:
+def checkpoint_metadata(checkpoint_id: int, instance: str | None = None, event_time: int | None = None,
+                        committed_at: int | None = None) -> str:
     """The metadata of a streaming commit: the checkpoint id, the instance that committed it (ids are reserved
-    per instance, so the pair names one epoch of the whole group), and the partition's largest event time,
-    so a partition's watermark moves with it to its next owner."""
+    per instance, so the pair names one epoch of the whole group), the partition's largest event time, so a
+    partition's watermark moves with it to its next owner, and the wall-clock time of the commit (epoch ms),
+    so anyone reading the group can tell how long ago a partition last made progress."""
     fields: dict[str, object] = {CHECKPOINT_FIELD: checkpoint_id}
     if instance is not None:
         fields[INSTANCE_FIELD] = instance
     if event_time is not None:
         fields[EVENT_TIME_FIELD] = event_time
+    if committed_at is not None:
+        fields[COMMITTED_AT_FIELD] = committed_at
     return encode(fields)
 
 

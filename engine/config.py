@@ -18,7 +18,14 @@ from schemas.factory import FormatName, SubjectStrategy
 
 
 class ConfigError(ValueError):
-    """A connector config is unreadable or invalid; the message names the file and the key."""
+    """A connector config is unreadable or invalid; the message names the file and the key.
+
+    ``problems`` holds the same findings as ``(field, message)`` pairs (``transform.0.sql``, ``(top level)``),
+    so the worker's validate endpoint reports them per field."""
+
+    def __init__(self, message: str, problems: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems if problems is not None else [("(top level)", message)]
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -229,29 +236,46 @@ class ConnectorConfig(_Strict):
         return f"epochline-{self.name}"
 
 
-def _describe(error: ValidationError, path: Path | str) -> str:
-    lines = [f"invalid connector config {path}:"]
-    for problem in error.errors():
-        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
-        message = "unknown key" if problem["type"] == "extra_forbidden" else problem["msg"]
-        lines.append(f"  {where}: {message}")
-    return "\n".join(lines)
+def _field_problems(error: ValidationError) -> list[tuple[str, str]]:
+    return [(".".join(str(part) for part in problem["loc"]) or "(top level)",
+             "unknown key" if problem["type"] == "extra_forbidden" else problem["msg"]) for problem in error.errors()]
 
 
-def _batch_only_problems(config: ConnectorConfig, batch: bool) -> list[str]:
+def _invalid(problems: list[tuple[str, str]], where: Path | str) -> ConfigError:
+    lines = [f"invalid connector config {where}:", *(f"  {field}: {message}" for field, message in problems)]
+    return ConfigError("\n".join(lines), problems)
+
+
+def _batch_only_problems(config: ConnectorConfig, batch: bool) -> list[tuple[str, str]]:
     """Keys valid for one kind of job only: a streaming run cannot fail an item, and a bounded batch job
     has no stream of watermarks to close windows with."""
     if batch:
-        problems = [f"  transform.{index}.window: window steps are not supported in batch jobs (use sql or python)"
+        problems = [(f"transform.{index}.window", "window steps are not supported in batch jobs (use sql or python)")
                     for index, step in enumerate(config.transform) if step.window is not None]
         if config.sink.delivery != "exactly-once":
-            problems.append("  sink.delivery: a batch job commits every item in a Kafka transaction, "
-                            "so only exactly-once is supported")
+            problems.append(("sink.delivery", "a batch job commits every item in a Kafka transaction, "
+                                              "so only exactly-once is supported"))
         return problems
     if config.source.on_error == "fail-item":
-        return [("  source.on_error: 'fail-item' is only valid for batch jobs (epochline batch run); "
-                 "use dead-letter or halt")]
+        return [("source.on_error", "'fail-item' is only valid for batch jobs (epochline batch run); "
+                                    "use dead-letter or halt")]
     return []
+
+
+def parse_config(raw: object, base_dir: Path, where: Path | str, *, batch: bool = False) -> ConnectorConfig:
+    """Validate an already-parsed config mapping (a YAML file, a REST body); ``where`` names it in errors and
+    relative paths in it resolve against ``base_dir``."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"connector config {where} must be a mapping of keys, not {type(raw).__name__}")
+    try:
+        config = ConnectorConfig.model_validate(raw)
+    except ValidationError as error:
+        raise _invalid(_field_problems(error), where) from None
+    problems = _batch_only_problems(config, batch)
+    if problems:
+        raise _invalid(problems, where)
+    config._base_dir = base_dir.absolute()
+    return config
 
 
 def load_config(path: Path | str, *, batch: bool = False) -> ConnectorConfig:
@@ -263,14 +287,4 @@ def load_config(path: Path | str, *, batch: bool = False) -> ConnectorConfig:
         raise ConfigError(f"cannot read connector config {path}: {error.strerror}") from error
     except yaml.YAMLError as error:
         raise ConfigError(f"connector config {path} is not valid YAML: {error}") from error
-    if not isinstance(raw, dict):
-        raise ConfigError(f"connector config {path} must be a mapping of keys, not {type(raw).__name__}")
-    try:
-        config = ConnectorConfig.model_validate(raw)
-    except ValidationError as error:
-        raise ConfigError(_describe(error, path)) from None
-    problems = _batch_only_problems(config, batch)
-    if problems:
-        raise ConfigError("\n".join([f"invalid connector config {path}:", *problems]))
-    config._base_dir = path.parent.absolute()
-    return config
+    return parse_config(raw, path.parent, path, batch=batch)

@@ -55,11 +55,16 @@ class Instance:
 
 
 def resolve_instance(config: ConnectorConfig, flag: str | None = None) -> Instance:
-    """The flag, else ``EPOCHLINE_INSTANCE``, else the name kept in the state directory (made on first use)."""
-    name = flag or os.environ.get(INSTANCE_ENV) or _kept_name(config.state_dir)
+    return Instance(config.name, instance_name(config.state_dir, flag), config.state_dir)
+
+
+def instance_name(state_dir: Path, flag: str | None = None) -> str:
+    """The flag, else ``EPOCHLINE_INSTANCE``, else the name kept in ``state_dir`` (made on first use); a worker
+    names itself the same way, and its tasks after it."""
+    name = flag or os.environ.get(INSTANCE_ENV) or _kept_name(state_dir)
     if not NAME_PATTERN.match(name):
         raise InstanceNameError(f"instance name {name!r} must be 1-64 characters of A-Z a-z 0-9 . _ -")
-    return Instance(config.name, name, config.state_dir)
+    return name
 
 
 def _kept_name(state_dir: Path) -> str:

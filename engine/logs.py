@@ -23,7 +23,8 @@ from rich.logging import RichHandler
 
 LogFormat = Literal["auto", "text", "json"]
 
-_STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName",
+                                                                "color_message"}  # uvicorn's ANSI copy of msg
 CLIENT_LOGGER_NAME = "librdkafka"  # connectors.admin.CLIENT_LOGGER: every Kafka client's own lines
 _context: dict[str, object] = {}
 

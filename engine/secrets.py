@@ -12,9 +12,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 _REFERENCE = re.compile(r"\$\{(env|file):([^}]*)\}")
-SECRET_KEY_WORDS = ("password", "secret", "token", "credential", "private.key")
+SECRET_KEY_WORDS = ("password", "secret", "token", "credential", "private.key", "key.pem", "oauthbearer.config")
+_URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+REDACTED = "[redacted]"
 
 
 class SecretReferenceError(ValueError):
@@ -38,8 +41,20 @@ def looks_secret(key: str) -> bool:
 
 def redacted(settings: Mapping[str, str]) -> dict[str, str]:
     """Settings safe to show: secret-looking values that are not references are replaced."""
-    return {key: value if not looks_secret(key) or _REFERENCE.fullmatch(value) else "[redacted]"
+    return {key: value if not looks_secret(key) or _REFERENCE.fullmatch(value) else REDACTED
             for key, value in settings.items()}
+
+
+def redacted_tree(value: Any, key: str = "") -> Any:
+    """``redacted`` over a nested config (mappings and lists), for configs shown whole (the worker's API);
+    credentials inside URLs (``https://user:pw@registry``) are redacted too."""
+    if isinstance(value, Mapping):
+        return {name: redacted_tree(item, str(name)) for name, item in value.items()}
+    if isinstance(value, list):
+        return [redacted_tree(item, key) for item in value]
+    if looks_secret(key) and not (isinstance(value, str) and _REFERENCE.fullmatch(value)):
+        return REDACTED
+    return _URL_CREDENTIALS.sub("://[redacted]@", value) if isinstance(value, str) else value
 
 
 def _lookup(kind: str, target: str, base_dir: Path | None) -> str:

@@ -8,18 +8,57 @@ authorized operations). The transactional id is not checked: using it would fenc
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
+import pyarrow as pa
+
 from connectors.admin import KafkaUnreachable, authorized_operations, check_connection
 from engine.config import ConnectorConfig
+from engine.transforms import OperatorConfigError
 from engine.wiring import build_chain, client_config, input_schema, sink_format, source_format
+from schemas import SchemaError
+
+OFFLINE_FAILURES = (SchemaError, OperatorConfigError)
+_STEP_NAME = re.compile(r"step(\d+)-(sql|python|window)")
 
 
 def validate_offline(config: ConnectorConfig) -> None:
     """Everything that can be checked without a broker: schemas load, the sink format builds, and the
-    transform accepts the source's schema (when the source has an explicit schema)."""
-    schema = input_schema(source_format(config))
-    sink_format(config)
-    if schema is not None:
-        build_chain(config).validate(schema)
+    transform accepts the source's schema (when the source has an explicit schema). Raises the first failure."""
+    for _, check in _offline_checks(config):
+        check()
+
+
+def offline_problems(config: ConnectorConfig) -> list[tuple[str, str]]:
+    """The same checks, every failure as ``(field, message)``: what the worker's validate endpoint reports.
+    A transform failure names its step (``transform.1.sql``) from the operator name in the message."""
+    problems = []
+    for field, check in _offline_checks(config):
+        try:
+            check()
+        except OFFLINE_FAILURES as error:
+            step = _STEP_NAME.search(str(error)) if field == "transform" else None
+            problems.append((f"transform.{step.group(1)}.{step.group(2)}" if step else field, str(error)))
+    return problems
+
+
+def _offline_checks(config: ConnectorConfig) -> list[tuple[str, Callable[[], None]]]:
+    """The offline checks in order, each with the config field it is about; the transform check uses the
+    schema the source check found (none when the source schema failed or is not explicit)."""
+    found: list[pa.Schema | None] = [None]
+
+    def source() -> None:
+        found[0] = input_schema(source_format(config))
+
+    def sink() -> None:
+        sink_format(config)
+
+    def transform() -> None:
+        if found[0] is not None:
+            build_chain(config).validate(found[0])
+
+    return [("source", source), ("sink", sink), ("transform", transform)]
 
 
 def validate_online(config: ConnectorConfig, bootstrap: str) -> list[str]:

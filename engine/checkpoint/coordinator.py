@@ -294,7 +294,7 @@ class StreamingCoordinator:
         self._rewind(None, str(failure))
         halt = self.callback.take_pipeline_halt()
         if halt is not None:
-            raise PipelineHalted(halt) from failure
+            raise PipelineHalted(f"{halt}; the failure: {failure}") from failure
 
     def checkpoint(self) -> bool:
         """Reserve, barrier, capture and commit; True when the epoch committed."""

@@ -472,8 +472,9 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
     def _tagged(self, source: str, cut: SourceCheckpoint, checkpoint_id: int) -> list[TopicPartition]:
         """The cut's offsets, each naming the epoch and carrying its partition's largest event time."""
         tracker = self._sources[source].watermarks
+        now_ms = time.time_ns() // 1_000_000
         return [TopicPartition(cut.topic, partition, offset, metadata=checkpoint_metadata(
-                    checkpoint_id, self.instance.name, tracker.max_event_time(partition)))
+                    checkpoint_id, self.instance.name, tracker.max_event_time(partition), now_ms))
                 for partition, offset in cut.offsets.items()]
 
     def abandon_checkpoint_attempt(self, attempt: CheckpointAttempt | None,

@@ -1,6 +1,7 @@
 """The ``epochline`` command line: a thin shell over library calls.
 
-Each subcommand lives in the module of its group (``connector``: run and validate; ``status``; ``batch``; ``broker``)
+Each subcommand lives in the module of its group (``connector``: run and validate; ``status``; ``batch``; ``broker``;
+``worker``; ``connectors``: a worker's connectors over its API)
 and calls one library function, so everything it does can be tested without spawning a process. Every
 failure it knows about exits 2 with one readable line naming the problem.
 """
@@ -14,15 +15,19 @@ from collections.abc import Sequence
 from connectors import SourceError, TopicAdminError
 from engine.batch import BatchJobError, BatchStoreError
 from engine.checkpoint import ConnectorFailed
-from engine.cli import batch, broker, connector, status
+from engine.cli import batch, broker, connector, connectors, status, worker
 from engine.cli.common import CommandFailed
 from engine.config import ConfigError
 from engine.logs import configure_logging
+from engine.state import StateDirLocked
 from engine.transforms import OperatorConfigError
+from engine.worker import WorkerConfigError
+from engine.worker.child import report_failure
+from engine.worker.store import StoreError
 from schemas import SchemaError
 
 KNOWN_FAILURES = (CommandFailed, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError, TopicAdminError,
-                  BatchStoreError, BatchJobError, SourceError)
+                  BatchStoreError, BatchJobError, SourceError, WorkerConfigError, StoreError, StateDirLocked)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     connector.add_commands(commands)
     batch.add_commands(commands)
     status.add_commands(commands)
+    worker.add_commands(commands)
+    connectors.add_commands(commands)
     return parser
 
 
@@ -44,8 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except KNOWN_FAILURES as error:
+        report_failure(error)
         print(f"epochline: {error}", file=sys.stderr)
         return 2
+    except Exception as error:
+        report_failure(error)
+        raise
 
 
 __all__ = ["build_parser", "main"]

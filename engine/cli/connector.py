@@ -11,9 +11,11 @@ from engine.cli.common import CommandFailed, add_bootstrap_argument, crash_point
 from engine.cli.progress import stop_at_end_progress
 from engine.config import load_config
 from engine.validation import validate_offline, validate_online
+from engine.worker.child import die_with_parent
 
 
 def _run(args: argparse.Namespace) -> int:
+    die_with_parent()
     config = load_config(args.config)
     options = RunOptions(bootstrap=bootstrap_from(args.bootstrap_servers), stop_at_end=args.stop_at_end,
                          crash_point=crash_point(), instance=args.instance)

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from connectors.admin import create_topic
 from connectors.offset_metadata import encode
 from engine.cli import main
-from engine.cli.status import instance_of
+from engine.group_status import instance_of
 from engine.testing.topics import produce_transactions
 from tests.helpers.connector_process import produce_values, write_config
 
@@ -160,7 +160,7 @@ def test_status_shows_members_committed_offsets_lag_checkpoints_and_changelogs(
         assert rows[source, p] == {
             "topic": source, "role": "source", "partition": p, "committed": 3 + p, "end": RECORDS_PER_PARTITION,
             "lag": RECORDS_PER_PARTITION - 3 - p, "checkpoint": 7, "instance": "a", "event_time": 1_700_000_000_000,
-            "metadata": a_metadata, "held_by": "a"}
+            "committed_at": None, "metadata": a_metadata, "held_by": "a"}
     old = rows[source, b_parts[0]]
     assert (old["committed"], old["lag"], old["checkpoint"], old["instance"], old["event_time"], old["held_by"]) \
         == (5, RECORDS_PER_PARTITION - 5, 6, None, None, "b")

@@ -1,0 +1,56 @@
+"""``epochline worker --cluster NAME``: one worker of a cluster that runs connectors deployed over REST."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from engine.checkpoint import bootstrap_from
+from engine.cli.common import CommandFailed, add_bootstrap_argument
+from engine.worker import WorkerOptions, run_worker
+from engine.worker.client import TokenFileError, token_from
+from engine.worker.supervisor import SupervisorSettings
+
+
+def rest_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8083`` for IPv6); a bad one is a usage error naming it."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise argparse.ArgumentTypeError(f"--rest wants HOST:PORT, not {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    try:
+        token = token_from(args.api_token_file)
+    except TokenFileError as error:
+        raise CommandFailed(str(error)) from error
+    host, port = args.rest
+    bootstrap = bootstrap_from(args.bootstrap_servers)
+    supervision = SupervisorSettings(worker_id="", bootstrap=bootstrap, state_dir=args.state_dir,
+                                     max_failures=args.max_task_failures, backoff_s=args.task_backoff)
+    run_worker(WorkerOptions(cluster=args.cluster, bootstrap=bootstrap, host=host, port=port, instance=args.instance,
+                             state_dir=args.state_dir, token=token, supervision=supervision))
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser("worker", help="join a worker cluster: run its connectors, serve its REST API")
+    worker.add_argument("--cluster", required=True, help="the cluster's name: its topics are <cluster>-configs "
+                                                          "and <cluster>-status")
+    worker.add_argument("--rest", type=rest_address, default=("127.0.0.1", 8083), metavar="HOST:PORT",
+                        help="where the REST API listens (default 127.0.0.1:8083; any other than loopback "
+                             "needs a token)")
+    worker.add_argument("--instance", help="this worker's stable name (default: $EPOCHLINE_INSTANCE, else a name "
+                                           "generated once and kept in the state dir); its tasks are named after it")
+    worker.add_argument("--state-dir", type=Path, default=Path("state") / "worker",
+                        help="where this worker keeps its tasks' files (default ./state/worker)")
+    worker.add_argument("--api-token-file", type=Path,
+                        help="a file holding the API token (default: $EPOCHLINE_API_TOKEN; none: no auth)")
+    worker.add_argument("--max-task-failures", type=int, default=5, metavar="N",
+                        help="a task that exits N times within 5 minutes is FAILED until restarted (default 5)")
+    worker.add_argument("--task-backoff", type=float, default=1.0, metavar="SECONDS",
+                        help="wait before restarting a task that exited; doubles per failure, at most 60 s "
+                             "(default 1)")
+    add_bootstrap_argument(worker)
+    worker.set_defaults(handler=_worker)

@@ -1,0 +1,92 @@
+"""What the worker cluster keeps in its two compacted topics: one record per connector, one per task.
+
+``<cluster>-configs`` holds a ``ConnectorRecord`` per connector (key = name, tombstone = deleted): the config
+as submitted (secret references unresolved, schemas inline), the target state, and counters that tell every
+worker what changed. ``<cluster>-status`` holds a ``TaskStatus`` per connector and worker (key =
+``<connector>/<worker>``), rewritten by its worker every few seconds, so any worker answers for all and a
+status that stops being rewritten is a worker that is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+import orjson
+
+TargetState = Literal["RUNNING", "PAUSED", "STOPPED"]
+TaskState = Literal["RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING", "UNASSIGNED"]
+STATUS_TTL_S = 15.0
+"""A task status not rewritten for this long belongs to a worker that is gone (its instance left the group)."""
+
+
+@dataclass(frozen=True)
+class ConnectorRecord:
+    """A connector as the cluster wants it.
+
+    ``version`` moves with every config change (the workers restart their task on it), ``restart`` with every
+    restart request (``restart_only_failed`` says whether healthy tasks are spared)."""
+
+    name: str
+    config: dict[str, Any]
+    target: TargetState = "RUNNING"
+    version: int = 1
+    restart: int = 0
+    restart_only_failed: bool = False
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, value: bytes) -> ConnectorRecord:
+        return cls(**orjson.loads(value))
+
+    def with_target(self, target: TargetState) -> ConnectorRecord:
+        return replace(self, target=target)
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """Why a task failed: the exception's class and message, the exit code, when."""
+
+    type: str
+    message: str
+    exit_code: int | None
+    at: str
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """One worker's task of one connector, as that worker last wrote it."""
+
+    connector: str
+    worker_id: str
+    state: TaskState
+    pid: int | None = None
+    restarts: int = 0
+    version: int = 0
+    error: TaskError | None = None
+    trace: str | None = None
+    dead_letters: int | None = None
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def key(self) -> bytes:
+        return status_key(self.connector, self.worker_id)
+
+    def fresh(self, now: float | None = None) -> bool:
+        return (now if now is not None else time.time()) - self.updated_at < STATUS_TTL_S
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, value: bytes) -> TaskStatus:
+        fields = orjson.loads(value)
+        error = fields.pop("error", None)
+        return cls(**fields, error=TaskError(**error) if error else None)
+
+
+def status_key(connector: str, worker_id: str) -> bytes:
+    return f"{connector}/{worker_id}".encode()
