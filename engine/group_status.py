@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from connectors.admin import (
+    ClientConfig,
     DescribedGroup,
     DescribedMember,
     GroupMissing,
@@ -165,9 +166,12 @@ def changelog_status(name: str, topic: str, watermarks: dict[int, tuple[int, int
     return ChangelogStatus(topic, operator, len(watermarks), sum(high - low for low, high in watermarks.values()))
 
 
-def read_status(config: ConnectorConfig, bootstrap: str) -> ConnectorStatus:
-    """Ask Kafka (bounded by ``kafka.connect_timeout``): is it there, who is in the group, what it committed."""
-    client, timeout = client_config(config), config.kafka.connect_timeout / 1000
+def read_status(config: ConnectorConfig, bootstrap: str, client: ClientConfig | None = None) -> ConnectorStatus:
+    """Ask Kafka (bounded by ``kafka.connect_timeout``): is it there, who is in the group, what it committed.
+    ``client``: the security settings to ask with (default: the connector's own, resolved here); a worker
+    asks with its own, so it never resolves a connector's secrets."""
+    client = client if client is not None else client_config(config)
+    timeout = config.kafka.connect_timeout / 1000
     check_connection(bootstrap, client, timeout)
     try:
         group: DescribedGroup | None = describe_group(bootstrap, config.group_id, timeout, client)

@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import yaml
+from pydantic import ValidationError
+
+from engine import secrets
 from engine.checkpoint import bootstrap_from
 from engine.cli.common import CommandFailed, add_bootstrap_argument
+from engine.config import KafkaConfig
 from engine.worker import WorkerOptions, run_worker
 from engine.worker.client import TokenFileError, token_from
 from engine.worker.supervisor import SupervisorSettings
@@ -20,6 +25,21 @@ def rest_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def worker_client_config(path: Path | None) -> dict[str, str]:
+    """The worker's own Kafka settings from a YAML mapping: the keys ``kafka.client`` takes in a connector
+    config (``security.protocol``, ``sasl.*``, ``ssl.*``), values possibly ``${env:…}``/``${file:…}``."""
+    if path is None:
+        return {}
+    try:
+        raw = yaml.safe_load(path.read_text())
+        settings = KafkaConfig(client=raw if raw is not None else {}).client
+        return secrets.resolve_all(settings, path.parent)
+    except OSError as error:
+        raise CommandFailed(f"cannot read --kafka-client {path}: {error.strerror}") from error
+    except (yaml.YAMLError, ValidationError, secrets.SecretReferenceError) as error:
+        raise CommandFailed(f"--kafka-client {path}: {error}") from error
+
+
 def _worker(args: argparse.Namespace) -> int:
     try:
         token = token_from(args.api_token_file)
@@ -30,7 +50,8 @@ def _worker(args: argparse.Namespace) -> int:
     supervision = SupervisorSettings(worker_id="", bootstrap=bootstrap, state_dir=args.state_dir,
                                      max_failures=args.max_task_failures, backoff_s=args.task_backoff)
     run_worker(WorkerOptions(cluster=args.cluster, bootstrap=bootstrap, host=host, port=port, instance=args.instance,
-                             state_dir=args.state_dir, token=token, supervision=supervision))
+                             state_dir=args.state_dir, token=token, supervision=supervision,
+                             client_config=worker_client_config(args.kafka_client)))
     return 0
 
 
@@ -47,6 +68,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                         help="where this worker keeps its tasks' files (default ./state/worker)")
     worker.add_argument("--api-token-file", type=Path,
                         help="a file holding the API token (default: $EPOCHLINE_API_TOKEN; none: no auth)")
+    worker.add_argument("--kafka-client", type=Path, metavar="FILE",
+                        help="a YAML mapping of the worker's own Kafka security settings (security.protocol, "
+                             "sasl.*, ssl.*; values may be ${env:NAME} or ${file:PATH:KEY})")
     worker.add_argument("--max-task-failures", type=int, default=5, metavar="N",
                         help="a task that exits N times within 5 minutes is FAILED until restarted (default 5)")
     worker.add_argument("--task-backoff", type=float, default=1.0, metavar="SECONDS",

@@ -12,6 +12,7 @@ from typing import Protocol
 from confluent_kafka import TopicPartition
 
 from connectors.admin import (
+    ClientConfig,
     GroupMissing,
     GroupNotEmpty,
     alter_group_offsets,
@@ -21,7 +22,6 @@ from connectors.admin import (
     matching_topics,
 )
 from engine.group_status import OPERATOR_NAME
-from engine.wiring import client_config
 from engine.worker.records import ConnectorRecord
 from engine.worker.task_config import loaded
 
@@ -37,23 +37,26 @@ class ConnectorKafka(Protocol):
 
 
 class KafkaConnectorOps:
-    def __init__(self, bootstrap: str) -> None:
+    """With the worker's own Kafka settings: a connector's secrets are resolved only inside its tasks."""
+
+    def __init__(self, bootstrap: str, client: ClientConfig | None = None) -> None:
         self._bootstrap = bootstrap
+        self._client = dict(client or {})
 
     def alter_offsets(self, record: ConnectorRecord, offsets: list[tuple[str, int, int]]) -> None:
         with loaded(record.config) as config:
             alter_group_offsets(self._bootstrap, config.group_id,
                                 [TopicPartition(topic, partition, offset) for topic, partition, offset in offsets],
-                                TIMEOUT_S, client_config(config))
+                                TIMEOUT_S, self._client)
 
     def reset_offsets(self, record: ConnectorRecord) -> bool:
         with loaded(record.config) as config:
-            return delete_group(self._bootstrap, config.group_id, TIMEOUT_S, client_config(config))
+            return delete_group(self._bootstrap, config.group_id, TIMEOUT_S, self._client)
 
     def reset_state(self, record: ConnectorRecord) -> list[str]:
         """Delete the connector's changelog topics (its keyed state); the next run creates them empty."""
         with loaded(record.config) as config:
-            client = client_config(config)
+            client = self._client
             try:
                 if describe_group(self._bootstrap, config.group_id, TIMEOUT_S, client).members:
                     raise GroupNotEmpty(f"consumer group {config.group_id!r} still has members: stop every "

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from connectors.admin import TopicAdminError
+from connectors.admin import ClientConfig, TopicAdminError
 from engine.config import ConfigError, ConnectorConfig
 from engine.group_status import ConnectorStatus, PartitionStatus, read_status
 from engine.secrets import SecretReferenceError
@@ -42,10 +42,12 @@ class GroupView:
 
 
 class GroupReader:
-    """Reads connectors' groups from Kafka, each answer kept ``ttl_s`` (the status page polls every 2 s)."""
+    """Reads connectors' groups from Kafka with the worker's own settings (never a connector's secrets), each
+    answer kept ``ttl_s`` (the status page polls every 2 s)."""
 
-    def __init__(self, bootstrap: str, ttl_s: float = 1.0) -> None:
+    def __init__(self, bootstrap: str, client: ClientConfig | None = None, ttl_s: float = 1.0) -> None:
         self._bootstrap = bootstrap
+        self._client = dict(client or {})
         self._ttl_s = ttl_s
         self._cache: dict[tuple[str, int], tuple[float, GroupView | None]] = {}
         self._lock = threading.Lock()
@@ -67,7 +69,7 @@ class GroupReader:
         try:
             with loaded(record.config) as config:
                 quick = _quick(config)
-                return GroupView(read_status(quick, self._bootstrap), time.time(),
+                return GroupView(read_status(quick, self._bootstrap, self._client), time.time(),
                                  config.checkpoint.interval / 1000, config.checkpoint.timeout / 1000)
         except (TopicAdminError, ConfigError, SecretReferenceError) as error:
             log.warning("cannot read the connector's group", extra={"connector": record.name, "error": str(error)})

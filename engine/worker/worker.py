@@ -15,7 +15,7 @@ import ipaddress
 import logging
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -49,6 +49,8 @@ class WorkerOptions:
     instance: str | None = None
     state_dir: Path = Path("state") / "worker"
     token: str | None = None
+    client_config: dict[str, str] = field(default_factory=dict)
+    """The worker's own Kafka security settings (its topics, group reads, offset changes); resolved."""
     connect_timeout_s: float = 30.0
     supervision: SupervisorSettings | None = None
     """Overrides of the supervisor's limits (tests shorten the backoff); its names are filled in here."""
@@ -80,7 +82,7 @@ def run_worker(options: WorkerOptions) -> None:
     lock = StateDirLock(options.state_dir / "instances" / worker_id)
     lock.acquire(timeout_s=5.0)
     try:
-        check_connection(options.bootstrap, None, options.connect_timeout_s)
+        check_connection(options.bootstrap, options.client_config, options.connect_timeout_s)
         _serve(options, worker_id)
     finally:
         lock.release()
@@ -98,15 +100,17 @@ def _exit_on_signals(server: uvicorn.Server) -> None:
 
 
 def _serve(options: WorkerOptions, worker_id: str) -> None:
-    store = KafkaClusterStore(options.bootstrap, options.cluster, timeout_s=options.connect_timeout_s)
+    client = options.client_config
+    store = KafkaClusterStore(options.bootstrap, options.cluster, client, timeout_s=options.connect_timeout_s)
     base = options.supervision or SupervisorSettings(worker_id, options.bootstrap, options.state_dir)
     settings = SupervisorSettings(**{**base.__dict__, "worker_id": worker_id, "bootstrap": options.bootstrap,
                                      "state_dir": options.state_dir.absolute()})
     supervisor = Supervisor(store, settings)
     collector = WorkerCollector(worker_id, supervisor.metrics_ports, supervisor.task_states)
-    context = WorkerContext(store=store, groups=GroupReader(options.bootstrap),
-                            kafka=KafkaConnectorOps(options.bootstrap), worker_id=worker_id, cluster=options.cluster,
-                            kafka_cluster_id=cluster_id(options.bootstrap, timeout=options.connect_timeout_s),
+    context = WorkerContext(store=store, groups=GroupReader(options.bootstrap, client),
+                            kafka=KafkaConnectorOps(options.bootstrap, client), worker_id=worker_id,
+                            cluster=options.cluster,
+                            kafka_cluster_id=cluster_id(options.bootstrap, client, options.connect_timeout_s),
                             token=options.token, metrics=render(collector))
     server = uvicorn.Server(uvicorn.Config(create_app(context), host=options.host, port=options.port,
                                            log_config=None, access_log=False, lifespan="off"))

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import yaml
 
 from connectors.admin import create_topic
 from engine.cli import main
@@ -242,3 +243,44 @@ def test_a_worker_needs_a_token_off_loopback_and_never_shows_a_configured_passwo
     shown += [worker.log_path.read_bytes(), worker.task_logs().encode()]
     assert all(password.encode() not in text for text in shown)
     assert b"[redacted]" in shown[1]
+
+
+def test_connectors_apply_makes_a_folder_of_yaml_files_the_running_set(
+        kafka_bootstrap: str, cluster: tuple[Path, str, list[WorkerProcess]], capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    directory, name, workers = cluster
+    worker = start_worker(directory, kafka_bootstrap, name, "w1")
+    workers.append(worker)
+    folder = tmp_path / "connectors"
+    folder.mkdir()
+    (folder / "ids.schema.json").write_bytes(orjson.dumps(SCHEMA))
+    sinks = {}
+    for connector in ("f", "g"):
+        source, sinks[connector], dead_letter = topics(kafka_bootstrap, f"{name}-{connector}", partitions=1)
+        produce_values(kafka_bootstrap, source, ids(50), 1)
+        config = {**connector_config(source, sinks[connector], dead_letter), "name": connector}
+        config["source"]["schema"] = "ids.schema.json"
+        (folder / f"{connector}.yaml").write_text(yaml.safe_dump(config))
+    apply = ["connectors", "apply", str(folder), "--url", worker.url]
+    assert main(apply) == 0
+    assert capsys.readouterr().out.splitlines() == ["created f", "created g"]
+    for connector in ("f", "g"):
+        wait_for_output(kafka_bootstrap, sinks[connector], 50)
+    assert wait_for("healthy", lambda: httpx.get(f"{worker.url}/health").status_code == 200)
+    metrics = httpx.get(f"{worker.url}/metrics").text
+    assert 'epochline_records_out_total{connector="f",worker="w1"} 50.0' in metrics
+
+    changed = yaml.safe_load((folder / "f.yaml").read_text())
+    changed["transform"] = {"sql": "SELECT id, 1 AS one FROM input"}
+    (folder / "f.yaml").write_text(yaml.safe_dump(changed))
+    (folder / "g.yaml").unlink()
+    assert main([*apply, "--prune", "--dry-run"]) == 0
+    dry_run = capsys.readouterr().out
+    assert "update f (restarts)" in dry_run and "delete g" in dry_run and "+  sql: SELECT id, 1 AS one" in dry_run
+    assert main([*apply, "--prune"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["updated f (restarting)", "deleted g"]
+    with worker.client() as client:
+        assert client.list() == ["f"]
+        assert wait_for("g's task stopped and forgotten",
+                        lambda: 'connector="g"' not in httpx.get(f"{worker.url}/metrics").text)
+        assert set(client.statuses()) == {"f"}
