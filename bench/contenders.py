@@ -7,17 +7,19 @@ A contender never runs inside the harness process, so the CPU seconds and peak R
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import yaml
 
-from bench.workload import SQL
+from bench import kafka_streams
+from bench.workload import FORMATS, SQL
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -47,6 +49,7 @@ class Contender(Protocol):
     name: str
     transforms: bool  # True: writes the job's projected rows; False: copies the input bytes
     runs_live: bool  # False: it can only copy a bounded input, so its latency is not measured
+    formats: tuple[str, ...]  # the benchmark formats it can run (the harness reports the others "not available")
     note: str
 
     def unavailable_reason(self) -> str | None:
@@ -75,6 +78,7 @@ class Epochline:
     delivery: str
     transforms: bool = True
     runs_live: bool = True
+    formats: tuple[str, ...] = FORMATS
     note: str = "epochline run CLI, SQL transform, 1 s checkpoints"
 
     def unavailable_reason(self) -> str | None:
@@ -107,6 +111,7 @@ class QuixStreams:
     name: str = "quix-eos"
     transforms: bool = True
     runs_live: bool = True
+    formats: tuple[str, ...] = FORMATS
     note: str = "Quix Streams exactly-once, per-record transform, commit_interval 1 s"
 
     def unavailable_reason(self) -> str | None:
@@ -133,6 +138,7 @@ class RawCopy:
     name: str = "raw-eos"
     transforms: bool = False
     runs_live: bool = True
+    formats: tuple[str, ...] = FORMATS
     note: str = "confluent-kafka transactional byte copy, no decoding, 1 s transactions"
 
     def unavailable_reason(self) -> str | None:
@@ -158,6 +164,7 @@ class Kcat:
     name: str = "kcat"
     transforms: bool = False
     runs_live: bool = False
+    formats: tuple[str, ...] = FORMATS
     note: str = "kcat -C -e | kcat -P; non-transactional; latency not measured (kcat -P buffers stdin)"
 
     def unavailable_reason(self) -> str | None:
@@ -171,11 +178,45 @@ class Kcat:
         return ["sh", "-c", f"{shlex.join(consume)} | {shlex.join(produce)}"]
 
 
+@dataclass(frozen=True)
+class KafkaStreams:
+    """A Kafka Streams application (bench/kstreams/BenchStreams.java, JVM) with ``exactly_once_v2``,
+    ``commit.interval.ms=1000`` and one stream thread per core; built once by bench/kafka_streams.py.
+
+    Its command is ``java`` itself, so the JVM's start-up is inside its measured time, as every contender's
+    process start is, and ``wait4`` reports the JVM's own CPU and RSS. JSON only."""
+
+    name: str = "kafka-streams-eos"
+    transforms: bool = True
+    runs_live: bool = True
+    formats: tuple[str, ...] = ("json",)
+    note: str = (f"Kafka Streams {kafka_streams.KAFKA_VERSION} (JVM) exactly_once_v2, commit.interval.ms 1000, "
+                 "one stream thread per core")
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    def unavailable_reason(self) -> str | None:
+        missing = kafka_streams.missing_tool()
+        if missing is None:
+            try:
+                kafka_streams.build()
+            except kafka_streams.KafkaStreamsBuildError as error:
+                missing = f"building it failed: {error}"
+        return None if missing is None else f"not available: {missing}"
+
+    def command(self, job: JobSpec) -> list[str]:
+        return kafka_streams.java_command(
+            kafka_streams.build(), bootstrap=job.bootstrap, input_topic=job.input_topic,
+            output_topic=job.output_topic, dead_letter_topic=job.dead_letter_topic, application_id=job.name,
+            threads=self.threads, state_dir=job.workdir / "kstreams-state", bounded=job.bounded,
+        )
+
+
 ALL: tuple[Contender, ...] = (
     RawCopy(),
     Kcat(),
     Epochline("epochline-eos", "exactly-once"),
     Epochline("epochline-alo", "at-least-once"),
     QuixStreams(),
+    KafkaStreams(),
 )
 BY_NAME: dict[str, Contender] = {contender.name: contender for contender in ALL}

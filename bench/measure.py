@@ -5,9 +5,12 @@ Methods (they are what the numbers mean):
 - **records/s** = input records / (time the last expected output record became visible to a
   ``read_committed`` reader − time the contender's process was started). Process start-up (interpreter,
   imports, group join) is inside the window, as a user running the job would see it.
-- **CPU seconds and peak RSS** come from ``os.wait4`` on the contender's process: user+sys of the process
-  and every descendant it waited for, and the largest resident set among them (Linux ``ru_maxrss``).
-  The broker's own CPU is not counted.
+- **Client CPU seconds and peak RSS** come from ``os.wait4`` on the contender's process: user+sys of the
+  process and every descendant it waited for, and the largest resident set among them (Linux ``ru_maxrss``).
+- **Broker CPU seconds** (``CpuWindow``): user+sys of the private broker's JVM, read from ``/proc/<pid>/stat``
+  just before the contender's process is started and again once it has been reaped, i.e. over the same span
+  as its client CPU. They include the broker's work for the harness's ``read_committed`` tailer, the same for
+  every contender. Unknown (None) for a broker the harness did not start (``--bootstrap``).
 - **Latency** is measured in a second, live run of the contender on fresh topics: after a warm-up record
   makes it through, probe records are produced at a steady rate; a record's latency is the time a
   ``read_committed`` tailer (in the harness) receives its output minus the record's producer timestamp
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -168,19 +172,24 @@ def verify_ids(seen: list[int], expected: set[int] | range) -> Verdict:
 class ThroughputRun:
     wall_seconds: float
     usage: Usage
+    cpu: CpuSpan  # from just before the process was started until it was reaped
 
 
-def run_to_completion(contender: Contender, job: JobSpec, timeout: float) -> ThroughputRun:
+def run_to_completion(contender: Contender, job: JobSpec, timeout: float,
+                      broker_pid: int | None = None) -> ThroughputRun:
     """Start the contender on the backlog and return once all expected output is committed and it stopped.
 
     A contender that stops on its own (end of input, Quix's ``count``) is given 60 s to exit after its
     output is complete; then it is stopped with SIGTERM. Fewer outputs than expected by the deadline, or
-    an exit before them, raise ContenderFailed.
+    an exit before them, raise ContenderFailed. ``broker_pid``: the private broker, whose CPU over the
+    contender's lifetime is measured (``CpuWindow``).
     """
     tailer = OutputTailer(job.bootstrap, job.output_topic, target=job.expected_outputs)
     tailer.start()
+    command = contender.command(job)  # may write files; not part of the measured window
+    window = CpuWindow(broker_pid)
     started = time.time()
-    child = ChildProcess(contender.command(job), job.workdir / "contender.log", job.workdir)
+    child = ChildProcess(command, job.workdir / "contender.log", job.workdir)
     deadline = time.monotonic() + timeout
     try:
         while tailer.target_reached_at is None:
@@ -193,10 +202,11 @@ def run_to_completion(contender: Contender, job: JobSpec, timeout: float) -> Thr
             time.sleep(0.05)
         wall = tailer.target_reached_at - started
         usage = child.wait(60.0) or child.stop(grace=30.0)
+        cpu = window.close()
     finally:
         child.stop(grace=5.0)
         tailer.halt()
-    return ThroughputRun(wall, usage)
+    return ThroughputRun(wall, usage, cpu)
 
 
 def _more_output_arrives(tailer: OutputTailer, expected: int, quiet: float = 5.0) -> bool:
@@ -296,3 +306,36 @@ def machine_cpu_seconds() -> tuple[float, float]:
     idle = values[3] + values[4]
     ticks = os.sysconf("SC_CLK_TCK")
     return (total - idle) / ticks, total / ticks
+
+
+@dataclass
+class CpuSpan:
+    """CPU used over one measured window: the private broker's (None when not known), the harness's own
+    (its tailer threads included), and the share of all cores' time that was busy on the whole machine."""
+
+    broker_seconds: float | None
+    harness_seconds: float
+    machine_busy_share: float | None
+
+
+class CpuWindow:
+    """CPU counters read when a measured window opens and again at ``close``: the broker JVM's
+    (``process_cpu_seconds``; ``broker_pid`` None: not measured), the harness process's (``getrusage``) and
+    the machine's (``machine_cpu_seconds``). The contenders' own CPU comes from ``wait4`` instead."""
+
+    def __init__(self, broker_pid: int | None) -> None:
+        self.broker_pid = broker_pid
+        self._broker, self._harness, (self._busy, self._total) = self._read()
+
+    def _read(self) -> tuple[float | None, float, tuple[float, float]]:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        broker = process_cpu_seconds(self.broker_pid) if self.broker_pid else None
+        return broker, own.ru_utime + own.ru_stime, machine_cpu_seconds()
+
+    def close(self) -> CpuSpan:
+        broker, harness, (busy, total) = self._read()
+        return CpuSpan(
+            broker_seconds=broker - self._broker if broker is not None and self._broker is not None else None,
+            harness_seconds=harness - self._harness,
+            machine_busy_share=(busy - self._busy) / (total - self._total) if total > self._total else None,
+        )

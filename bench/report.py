@@ -29,21 +29,44 @@ class Result:
     output_count: int | None = None
     wall_seconds: float | None = None
     records_per_s: float | None = None
-    cpu_seconds: float | None = None
+    client_cpu_seconds: float | None = None  # the contender's processes (wait4)
+    broker_cpu_seconds: float | None = None  # the private broker's JVM over the contender's lifetime
+    client_cpu_us_per_record: float | None = None  # per input record
+    broker_cpu_us_per_record: float | None = None
+    records_per_cpu_second: float | None = None  # input records / (client + broker CPU s): the whole system's
     peak_rss_mb: float | None = None
     latency_p50_ms: float | None = None
     latency_p99_ms: float | None = None
     latency_samples: int | None = None
 
+    def set_cpu(self, client_seconds: float, broker_seconds: float | None, records: int) -> None:
+        """The CPU split of a run over ``records`` input records; without the broker's CPU (``--bootstrap``)
+        its columns and the whole system's records per CPU-second stay None."""
+        self.client_cpu_seconds = client_seconds
+        self.client_cpu_us_per_record = client_seconds / records * 1e6 if records else None
+        self.broker_cpu_seconds = broker_seconds
+        if broker_seconds is None:
+            return
+        self.broker_cpu_us_per_record = broker_seconds / records * 1e6 if records else None
+        total = client_seconds + broker_seconds
+        self.records_per_cpu_second = records / total if total > 0 else None
+
 
 # (column title, Result field, how to print it)
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("records/s", "records_per_s", "{:,.0f}"),
-    ("CPU s", "cpu_seconds", "{:,.1f}"),
+    ("client CPU s", "client_cpu_seconds", "{:,.1f}"),
+    ("broker CPU s", "broker_cpu_seconds", "{:,.1f}"),
+    ("client CPU µs/record", "client_cpu_us_per_record", "{:,.1f}"),
+    ("broker CPU µs/record", "broker_cpu_us_per_record", "{:,.1f}"),
+    ("records/CPU-s", "records_per_cpu_second", "{:,.0f}"),
     ("peak RSS MB", "peak_rss_mb", "{:,.0f}"),
     ("latency p50 ms", "latency_p50_ms", "{:,.0f}"),
     ("latency p99 ms", "latency_p99_ms", "{:,.0f}"),
 )
+# shown without "(Nx)" in the table: every contender reads the same input, so the ratio of CPU seconds is the
+# one of CPU µs/record next to them (the JSON has every column's ratio)
+NO_RATIO_IN_TABLE = frozenset({"client_cpu_seconds", "broker_cpu_seconds"})
 
 
 def ratio(value: float | None, reference: float | None) -> float | None:
@@ -57,6 +80,8 @@ def _cell(result: Result, reference: Result | None, field_name: str, pattern: st
     if value is None:
         return "-"
     text = pattern.format(value)
+    if field_name in NO_RATIO_IN_TABLE:
+        return text
     relative = ratio(value, getattr(reference, field_name) if reference else None)
     return f"{text} ({relative:.2f}x)" if relative is not None else text
 

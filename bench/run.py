@@ -1,12 +1,15 @@
 """epochline benchmark: the same Kafka → decode → filter → project → encode → Kafka job, run by epochline
-(exactly-once and at-least-once), Quix Streams (exactly-once), a raw confluent-kafka transactional copy
-loop (the Python ceiling) and kcat (the client-side ceiling), each in its own process.
+(exactly-once and at-least-once), Quix Streams (exactly-once), Kafka Streams (exactly_once_v2, JVM; JSON
+only), a raw confluent-kafka transactional copy loop (the Python ceiling) and kcat (the client-side
+ceiling), each in its own process.
 
     python bench/run.py [--records 1000000] [--format json|avro] [--only NAME ...] [--bootstrap HOST:PORT]
 
 Without ``--bootstrap`` a private broker (engine.testing.local_broker.LocalBroker) is started in a temp dir on a
 free port and stopped at the end. Every run's output is verified under ``read_committed`` (each expected
 id exactly once) before its numbers count; the measurement methods are described in bench/measure.py.
+Each result splits the CPU: the contender's own (client) and the private broker's over the same span, each
+also per input record, and input records per CPU-second of both together.
 Results: one table on stdout and ``bench/results/<timestamp>-<format>.json``.
 """
 
@@ -73,13 +76,14 @@ PARTITIONS = 4
 
 
 @contextlib.contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    """The given bootstrap address, or a private local broker that is stopped (by its API) afterwards."""
+def broker(bootstrap: str | None) -> Iterator[tuple[str, int | None]]:
+    """(bootstrap, broker PID): the given address (its PID unknown, so its CPU is not measured), or a private
+    local broker that is stopped (by its API) afterwards."""
     if bootstrap:
-        yield bootstrap
+        yield bootstrap, None
         return
     with private_broker() as state:
-        yield state.bootstrap
+        yield state.bootstrap, state.pid
 
 
 @contextlib.contextmanager
@@ -100,9 +104,10 @@ class Bench:
 
     output_partitions = PARTITIONS  # of every job's output topic; raw-eos copies partition i to partition i
 
-    def __init__(self, args: argparse.Namespace, bootstrap: str, workdir: Path) -> None:
+    def __init__(self, args: argparse.Namespace, bootstrap: str, workdir: Path, broker_pid: int | None = None) -> None:
         self.args = args
         self.bootstrap = bootstrap
+        self.broker_pid = broker_pid  # the private broker's JVM, whose CPU is measured; None with --bootstrap
         self.workdir = workdir
         self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.prefix = f"bench-{self.stamp}-{args.format}"
@@ -158,6 +163,9 @@ class Bench:
             print(f"  warm-up copy failed (numbers may include broker warm-up): {failure}")
 
     def run_contender(self, contender: Contender, input_topic: str, workload: Workload) -> Result:
+        if self.args.format not in contender.formats:
+            return Result(contender.name, NOT_AVAILABLE, contender.note,
+                          reason=f"not available: {' and '.join(contender.formats)} only")
         reason = contender.unavailable_reason()
         if reason is not None:
             return Result(contender.name, NOT_AVAILABLE, contender.note, reason=reason)
@@ -166,13 +174,13 @@ class Bench:
         log.info("contender starting", extra={"contender": contender.name})
         try:
             job = self.job(contender, "throughput", input_topic, len(expected), bounded=True)
-            run = run_to_completion(contender, job, self.args.timeout)
+            run = run_to_completion(contender, job, self.args.timeout, self.broker_pid)
             verdict = verify_ids(read_committed_ids(self.bootstrap, job.output_topic, self.id_reader(contender)),
                                  expected)
             result.output_count = verdict.output_count
             result.wall_seconds = run.wall_seconds
             result.records_per_s = workload.records / run.wall_seconds
-            result.cpu_seconds = run.usage.cpu_seconds
+            result.set_cpu(run.usage.cpu_seconds, run.cpu.broker_seconds, workload.records)
             result.peak_rss_mb = run.usage.peak_rss_mb
             if not verdict.ok:
                 raise ContenderFailed(verdict.problem)
@@ -268,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     selected = [contender_catalogue.BY_NAME[name] for name in args.only] if args.only else contender_catalogue.ALL
     workdir = Path(tempfile.mkdtemp(prefix="epochline-bench-"))
-    with broker(args.bootstrap) as bootstrap:
-        bench = Bench(args, bootstrap, workdir)
+    with broker(args.bootstrap) as (bootstrap, broker_pid):
+        bench = Bench(args, bootstrap, workdir, broker_pid)
         try:
             input_topic = bench.topic("input")
             print(f"writing {args.records:,} {args.format} records to {input_topic} on {bootstrap} ...")

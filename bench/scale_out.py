@@ -27,14 +27,11 @@ Each k's output is verified with ``read_committed`` before its numbers count: ev
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import resource
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -47,17 +44,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.contenders import Epochline, JobSpec
-from bench.measure import (
-    ChildProcess,
-    ContenderFailed,
-    OutputTailer,
-    machine_cpu_seconds,
-    process_cpu_seconds,
-    read_committed_ids,
-    verify_ids,
-)
+from bench.measure import ChildProcess, ContenderFailed, CpuWindow, OutputTailer, read_committed_ids, verify_ids
 from bench.report import FAILED, OK, machine
-from bench.run import RESULTS_DIR, Bench, private_broker, versions
+from bench.run import RESULTS_DIR, Bench, broker, versions
 from bench.workload import FORMATS, INPUT_PRODUCER_CONFIG, SQL, Workload, generate_input
 from connectors.admin import TopicAdminError, end_offsets
 from engine.logs import configure_logging
@@ -76,8 +65,6 @@ class GroupEpochline(Epochline):
         if self.consumer:
             config["source"]["consumer"] = dict(self.consumer)
         return config
-
-
 
 
 @dataclass
@@ -116,32 +103,6 @@ class ScaleResult:
     harness_cpu_seconds: float | None = None
     machine_busy_share: float | None = None
     per_instance: list[InstanceUsage] = field(default_factory=list)
-
-
-@dataclass
-class Window:
-    """CPU counters read at the start and the end of a run: the broker's, the harness's, the machine's."""
-
-    broker_pid: int | None
-    broker: float | None = None
-    harness: float = 0.0
-    busy: float = 0.0
-    total: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.broker, self.harness, (self.busy, self.total) = self._read()
-
-    def _read(self) -> tuple[float | None, float, tuple[float, float]]:
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        broker = process_cpu_seconds(self.broker_pid) if self.broker_pid else None
-        return broker, own.ru_utime + own.ru_stime, machine_cpu_seconds()
-
-    def close_into(self, result: ScaleResult) -> None:
-        broker, harness, (busy, total) = self._read()
-        if broker is not None and self.broker is not None:
-            result.broker_cpu_seconds = broker - self.broker
-        result.harness_cpu_seconds = harness - self.harness
-        result.machine_busy_share = (busy - self.busy) / (total - self.total) if total > self.total else None
 
 
 def assignment_changes(log_path: Path, started: float, topic: str) -> tuple[list[str], float | None]:
@@ -214,15 +175,17 @@ def run_instances(contender: Epochline, job: JobSpec, count: int,
     return wall, visible, usages
 
 
-def measure(bench: Bench, contender: Epochline, input_topic: str, workload: Workload, count: int, run: int,
-            broker_pid: int | None) -> ScaleResult:
+def measure(bench: Bench, contender: Epochline, input_topic: str, workload: Workload, count: int,
+            run: int) -> ScaleResult:
     expected = workload.expected_ids
     result = ScaleResult(count, run, expected_count=len(expected))
     try:
         job = bench.job(contender, f"x{count}-r{run}", input_topic, len(expected), bounded=True)
-        window = Window(broker_pid)
+        window = CpuWindow(bench.broker_pid)
         wall, visible, usages = run_instances(contender, job, count, bench.args.timeout)
-        window.close_into(result)
+        cpu = window.close()
+        result.broker_cpu_seconds, result.harness_cpu_seconds = cpu.broker_seconds, cpu.harness_seconds
+        result.machine_busy_share = cpu.machine_busy_share
         result.per_instance = usages
         result.wall_seconds, result.visible_seconds = wall, visible
         result.records_per_s = workload.records / wall
@@ -345,16 +308,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def broker(bootstrap: str | None) -> Iterator[tuple[str, int | None]]:
-    """(bootstrap, broker PID): the given address (PID unknown) or a private local broker."""
-    if bootstrap:
-        yield bootstrap, None
-        return
-    with private_broker() as state:
-        yield state.bootstrap, state.pid
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
@@ -368,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="epochline-scale-out-"))
     results: list[ScaleResult] = []
     with broker(args.bootstrap) as (bootstrap, broker_pid):
-        bench = Bench(args, bootstrap, workdir)
+        bench = Bench(args, bootstrap, workdir, broker_pid)
         bench.output_partitions = INPUT_PARTITIONS
         try:
             input_topic = bench.topic("input", partitions=INPUT_PARTITIONS)
@@ -383,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(1, args.repeat + 1):
                 for count in args.instances:
                     started = time.monotonic()
-                    results.append(measure(bench, contender, input_topic, workload, count, run, broker_pid))
+                    results.append(measure(bench, contender, input_topic, workload, count, run))
                     print(f"  {count} instance(s), run {run}: {results[-1].status} "
                           f"({time.monotonic() - started:.0f}s)")
             info = meta(bench, contender, workload, load_before)

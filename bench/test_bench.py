@@ -5,27 +5,39 @@ Run: ``KAFKA_BOOTSTRAP=127.0.0.1:9092 python -m pytest bench/test_bench.py -q`` 
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import shlex
+import shutil
+import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
-from bench.contenders import Epochline, JobSpec, RawCopy
-from bench.measure import read_committed_ids, run_to_completion, verify_ids
-from bench.report import FAILED, OK, Result, render_table
+from bench import kafka_streams
+from bench.contenders import Epochline, JobSpec, KafkaStreams, RawCopy
+from bench.measure import CpuWindow, read_committed_ids, run_to_completion, verify_ids
+from bench.report import FAILED, NOT_AVAILABLE, OK, Result, render_table, write_json
+from bench.run import Bench, parse_args
 from bench.workload import (
     INPUT_SCHEMA,
     NEGATIVE_SHARE,
     OUTPUT_SCHEMA,
+    Workload,
     codec,
     generate_input,
     iso_millis,
     make_record,
+    new_producer,
 )
 from connectors.admin import create_topic
+from engine.testing.local_broker import KAFKA_VERSION
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_complete_output_passes_verification() -> None:
@@ -71,6 +83,55 @@ def test_the_table_shows_ratios_to_raw_eos() -> None:
     table = render_table(results, "t")
     records_column = next(c for c in table.columns if c.header == "records/s")
     assert list(records_column.cells) == ["100 (1.00x)", "25 (0.25x)"]
+
+
+def cells_of(result: Result) -> dict[str, str]:
+    return {str(column.header): next(iter(column.cells)) for column in render_table([result], "t").columns}
+
+
+def test_the_table_splits_the_cpu_between_the_contender_and_the_broker() -> None:
+    result = Result("raw-eos", OK, "")
+    result.set_cpu(client_seconds=2.0, broker_seconds=1.0, records=100_000)
+
+    cells = cells_of(result)
+
+    assert (cells["client CPU s"], cells["broker CPU s"]) == ("2.0", "1.0")
+    assert cells["client CPU µs/record"] == "20.0 (1.00x)"
+    assert cells["broker CPU µs/record"] == "10.0 (1.00x)"
+    assert cells["records/CPU-s"] == "33,333 (1.00x)"  # 100k records / (2 + 1) CPU s
+
+
+def test_without_the_brokers_cpu_its_columns_and_the_whole_systems_rate_are_empty() -> None:  # --bootstrap
+    result = Result("epochline-eos", OK, "")
+    result.set_cpu(client_seconds=3.0, broker_seconds=None, records=100_000)
+
+    assert result.client_cpu_us_per_record == 30.0
+    assert (result.broker_cpu_seconds, result.broker_cpu_us_per_record, result.records_per_cpu_second) == (
+        None, None, None)
+    cells = cells_of(result)
+    assert (cells["broker CPU s"], cells["broker CPU µs/record"], cells["records/CPU-s"]) == ("-", "-", "-")
+
+
+def test_the_json_holds_the_cpu_split_and_its_ratios(tmp_path: Path) -> None:
+    raw, streams = Result("raw-eos", OK, ""), Result("kafka-streams-eos", OK, "")
+    raw.set_cpu(1.0, 1.0, 1_000)
+    streams.set_cpu(3.0, 1.0, 1_000)
+
+    write_json(tmp_path / "r.json", {}, [raw, streams])
+
+    row = orjson.loads((tmp_path / "r.json").read_bytes())["results"][1]
+    assert (row["client_cpu_seconds"], row["broker_cpu_seconds"], row["records_per_cpu_second"]) == (3.0, 1.0, 250.0)
+    assert row["ratio_to_raw_eos"]["records_per_cpu_second"] == 0.5
+
+
+def test_the_broker_cpu_window_reads_a_live_process_and_nothing_without_one() -> None:
+    window = CpuWindow(os.getpid())  # this process stands in for the broker JVM
+    sum(i * i for i in range(200_000))
+
+    span = window.close()
+
+    assert span.broker_seconds is not None and span.broker_seconds >= 0
+    assert CpuWindow(None).close().broker_seconds is None
 
 
 def test_a_failed_run_shows_its_reason_instead_of_numbers() -> None:
@@ -139,3 +200,105 @@ def test_a_profiled_epochline_run_is_wrapped_in_pyinstrument(tmp_path: Path) -> 
 
 def test_json_timestamps_use_epochlines_wire_form() -> None:
     assert iso_millis(1_764_000_000_123) == "2025-11-24T16:00:00.123Z"
+
+
+def test_kafka_streams_uses_the_brokers_kafka_version() -> None:
+    def kafka_version(pom: Path) -> str:
+        found = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom.read_text())
+        assert found, pom
+        return found.group(1)
+
+    assert kafka_version(REPO / "bench" / "kstreams" / "pom.xml") == KAFKA_VERSION
+    assert kafka_version(REPO / "engine" / "testing" / "kafka" / "pom.xml") == KAFKA_VERSION
+
+
+def test_kafka_streams_is_not_available_without_javac(monkeypatch: pytest.MonkeyPatch) -> None:
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None if name == "javac" else which(name))
+    monkeypatch.setattr(kafka_streams, "build", lambda: pytest.fail("built without javac"))
+
+    reason = KafkaStreams().unavailable_reason()
+
+    assert reason is not None and reason.startswith("not available: 'javac' is not on PATH; it is needed to compile")
+
+
+@pytest.mark.parametrize(("outcome", "said"), [
+    (subprocess.CompletedProcess([], 1, "[ERROR] Could not resolve dependencies", ""), "exited 1:\n[ERROR] Could not"),
+    (subprocess.TimeoutExpired(["mvn"], 600), "did not finish within 600s"),
+])
+def test_a_failed_kafka_streams_build_names_its_step(outcome: object, said: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(*args: object, **kwargs: object) -> object:
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setenv("EPOCHLINE_CACHE", str(tmp_path))  # no cached build to find
+    monkeypatch.setattr(kafka_streams, "missing_tool", lambda: None)
+    monkeypatch.setattr(subprocess, "run", run)
+
+    reason = KafkaStreams().unavailable_reason()
+
+    assert reason is not None
+    assert reason.startswith("not available: building it failed: mvn dependency:copy-dependencies")
+    assert said in reason
+    assert list(tmp_path.glob("kstreams-*/*")) == []  # nothing half-built is left to be taken for a build
+
+
+def test_kafka_streams_reports_itself_unavailable_for_avro(tmp_path: Path) -> None:
+    bench = Bench(parse_args(["--format", "avro"]), "127.0.0.1:9", tmp_path)
+
+    result = bench.run_contender(KafkaStreams(), "in", Workload(1, 100, {0}, range(1)))
+
+    assert (result.status, result.reason) == (NOT_AVAILABLE, "not available: json only")
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_the_kafka_streams_command_runs_the_jvm_itself(bounded: bool, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    built = kafka_streams.Build(tmp_path / "libs", tmp_path / "classes")
+    monkeypatch.setattr(kafka_streams, "build", lambda: built)
+    job = JobSpec("127.0.0.1:9", "in", "out", "dlq", "json", "bench-x", tmp_path, tmp_path / "in.avsc",
+                  tmp_path / "out.avsc", expected_outputs=1, bounded=bounded)
+
+    command = KafkaStreams(threads=2).command(job)
+
+    assert Path(command[0]).name == "java"  # no shell between: wait4 sees the JVM's own CPU and RSS
+    assert command[command.index("-cp") + 1] == f"{tmp_path / 'classes'}:{tmp_path / 'libs'}/*"
+    assert [command[command.index(flag) + 1] for flag in ("--application-id", "--threads", "--dead-letter")] == [
+        "bench-x", "2", "dlq"]
+    assert ("--bounded" in command) is bounded
+
+
+@pytest.mark.timeout(300)
+def test_kafka_streams_writes_the_jobs_rows_once_and_dead_letters_malformed_input(kafka_bootstrap: str,
+                                                                                  tmp_path: Path) -> None:
+    contender = KafkaStreams()
+    reason = contender.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    prefix = f"bench-test-{uuid.uuid4().hex[:8]}"
+    input_topic, output_topic, dead_letters = f"{prefix}-in", f"{prefix}-out", f"{prefix}-dlq"
+    for topic, partitions in ((input_topic, 4), (output_topic, 4), (dead_letters, 1)):
+        create_topic(kafka_bootstrap, topic, partitions)
+    workload = generate_input(kafka_bootstrap, input_topic, 2_000, "json")
+    malformed = [b"not json", orjson.dumps({**make_record(5_000, random.Random(1)), "amount": "12.5"})]
+    producer = new_producer(kafka_bootstrap)
+    for value in malformed:
+        producer.produce(input_topic, value)
+    assert producer.flush(30) == 0
+    job = JobSpec(kafka_bootstrap, input_topic, output_topic, dead_letters, "json", prefix, tmp_path,
+                  tmp_path / "in.avsc", tmp_path / "out.avsc", expected_outputs=len(workload.expected_ids),
+                  bounded=True)
+
+    run = run_to_completion(contender, job, timeout=240)
+
+    assert run.usage.exit_code == 0  # it stopped by itself at the input's end
+    rows = {row["id"]: row for row in read_committed_ids(kafka_bootstrap, output_topic, orjson.loads)}
+    rng = random.Random(7)  # generate_input's seed: the same rows again
+    inputs = [make_record(i, rng) for i in range(2_000)]
+    assert rows == {row["id"]: {"id": row["id"], "user": row["user"], "amount2": row["amount"] * 2,
+                                "ts": iso_millis(row["ts"])} for row in inputs if row["amount"] >= 0}
+    assert verify_ids(read_committed_ids(kafka_bootstrap, output_topic, lambda v: orjson.loads(v)["id"]),
+                      workload.expected_ids).ok
+    assert sorted(read_committed_ids(kafka_bootstrap, dead_letters, bytes)) == sorted(malformed)

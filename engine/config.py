@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from schemas import FormatSpec
 from schemas.factory import FormatName, SubjectStrategy
@@ -179,6 +188,13 @@ class ConnectorConfig(_Strict):
     kafka: KafkaConfig = KafkaConfig()
     metrics_port: int | None = None
     _base_dir: Path = PrivateAttr(default=Path("."))
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_path_step(cls, name: str) -> str:
+        if name in (".", ".."):
+            raise ValueError(f"{name!r} cannot name a connector (it names directories)")
+        return name
 
     @model_validator(mode="before")
     @classmethod

@@ -39,22 +39,21 @@ def looks_secret(key: str) -> bool:
     return any(word in lowered for word in SECRET_KEY_WORDS)
 
 
-def redacted(settings: Mapping[str, str]) -> dict[str, str]:
-    """Settings safe to show: secret-looking values that are not references are replaced."""
-    return {key: value if not looks_secret(key) or _REFERENCE.fullmatch(value) else REDACTED
-            for key, value in settings.items()}
-
-
 def redacted_tree(value: Any, key: str = "") -> Any:
-    """``redacted`` over a nested config (mappings and lists), for configs shown whole (the worker's API);
-    credentials inside URLs (``https://user:pw@registry``) are redacted too."""
+    """A config (mappings and lists, at any depth) safe to show: values under secret-looking keys that are not
+    references are ``[redacted]``, and so are credentials inside URLs (``https://user:pw@registry``)."""
     if isinstance(value, Mapping):
         return {name: redacted_tree(item, str(name)) for name, item in value.items()}
     if isinstance(value, list):
         return [redacted_tree(item, key) for item in value]
     if looks_secret(key) and not (isinstance(value, str) and _REFERENCE.fullmatch(value)):
         return REDACTED
-    return _URL_CREDENTIALS.sub("://[redacted]@", value) if isinstance(value, str) else value
+    return without_url_credentials(value) if isinstance(value, str) else value
+
+
+def without_url_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` of every URL in it redacted (error messages name registry URLs)."""
+    return _URL_CREDENTIALS.sub("://[redacted]@", text)
 
 
 def _lookup(kind: str, target: str, base_dir: Path | None) -> str:

@@ -168,34 +168,21 @@ def _status(client: WorkerClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _pause(client: WorkerClient, args: argparse.Namespace) -> int:
-    client.pause(args.name)
-    print(f"pausing {args.name}")
-    return 0
+def _acting(act: Callable[[WorkerClient, str], object], done: str) -> WorkerCommand:
+    """A command that asks the worker one thing of a connector and says what it asked (``pausing orders``)."""
 
+    def command(client: WorkerClient, args: argparse.Namespace) -> int:
+        act(client, args.name)
+        print(f"{done} {args.name}")
+        return 0
 
-def _resume(client: WorkerClient, args: argparse.Namespace) -> int:
-    client.resume(args.name)
-    print(f"resuming {args.name}")
-    return 0
-
-
-def _stop(client: WorkerClient, args: argparse.Namespace) -> int:
-    client.stop(args.name)
-    print(f"stopping {args.name}")
-    return 0
+    return command
 
 
 def _restart(client: WorkerClient, args: argparse.Namespace) -> int:
     status = client.restart(args.name, include_tasks=args.include_tasks, only_failed=args.only_failed)
     state = (status.get("connector") or {}).get("state")
     print(f"restarting {args.name} ({_optional(state)})")
-    return 0
-
-
-def _delete(client: WorkerClient, args: argparse.Namespace) -> int:
-    client.delete(args.name)
-    print(f"deleted {args.name}")
     return 0
 
 
@@ -261,12 +248,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     listing.set_defaults(handler=against_worker(_list))
     status = _one_connector(subcommands, worker, "status", "a connector's state and its tasks", _status)
     status.add_argument("--json", action="store_true", help="print the worker's STATUS object as JSON")
-    _one_connector(subcommands, worker, "pause", "pause a connector (it keeps its partitions)", _pause)
-    _one_connector(subcommands, worker, "resume", "resume a paused or stopped connector", _resume)
-    _one_connector(subcommands, worker, "stop", "stop a connector (offsets can then be reset)", _stop)
+    _one_connector(subcommands, worker, "pause", "pause a connector (its tasks commit and end)",
+                   _acting(WorkerClient.pause, "pausing"))
+    _one_connector(subcommands, worker, "resume", "resume a paused or stopped connector",
+                   _acting(WorkerClient.resume, "resuming"))
+    _one_connector(subcommands, worker, "stop", "stop a connector (offsets can then be changed)",
+                   _acting(WorkerClient.stop, "stopping"))
     restart = _one_connector(subcommands, worker, "restart", "restart a connector", _restart)
-    restart.add_argument("--include-tasks", action="store_true", help="restart its tasks too")
+    restart.add_argument("--include-tasks", action="store_true",
+                         help="accepted for Kafka Connect's habit: a connector's tasks always restart with it")
     restart.add_argument("--only-failed", action="store_true", help="restart only what failed")
-    _one_connector(subcommands, worker, "delete", "delete a connector", _delete)
+    _one_connector(subcommands, worker, "delete", "delete a connector", _acting(WorkerClient.delete, "deleted"))
     _one_connector(subcommands, worker, "offsets", "a connector's committed source offsets", _offsets)
     _one_connector(subcommands, worker, "reset-offsets", "forget a stopped connector's offsets", _reset_offsets)

@@ -10,6 +10,7 @@ redacted (``engine.secrets``): references (``${env:NAME}``) are shown as written
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from importlib.resources import files
@@ -33,8 +34,10 @@ from engine.worker.task_config import field_problems, keyed_state_change, with_n
 from engine.worker.view import GroupView, connector_view, health_problem, live_tasks
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+MAX_BODY_BYTES = 1 << 20
 VERSION = "0.1.0"
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class GroupSource(Protocol):
@@ -53,6 +56,8 @@ class WorkerContext:
     kafka_cluster_id: str | None
     token: str | None
     metrics: Callable[[], bytes]
+    supervising: Callable[[], bool] = lambda: True
+    """False when this worker's supervisor has stopped (its tasks with it): the worker is then unhealthy."""
 
 
 class ApiError(Exception):
@@ -84,6 +89,11 @@ def create_app(context: WorkerContext) -> FastAPI:
     @app.exception_handler(StoreError)
     async def _store_error(request: Request, error: StoreError) -> JSONResponse:
         return JSONResponse({"error_code": 503, "message": str(error)}, status_code=503)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        log.exception("the API failed", extra={"path": request.url.path})
+        return JSONResponse({"error_code": 500, "message": f"{type(error).__name__}: {error}"}, status_code=500)
 
     @app.middleware("http")
     async def _require_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -200,14 +210,20 @@ def _authorized(request: Request, token: str) -> bool:
 
 
 async def _body(request: Request) -> Any:
-    """The body as JSON, or YAML by content type; unreadable is 400 naming why."""
+    """The body as JSON, or YAML by content type (parsed off the event loop); too large or unreadable is
+    an error naming why."""
     raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the body has {len(raw)} bytes, more than {MAX_BODY_BYTES} (a connector config)")
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    return await run_in_threadpool(_parsed, raw, content_type in YAML_TYPES)
+
+
+def _parsed(raw: bytes, is_yaml: bool) -> Any:
     try:
-        return yaml.safe_load(raw) if content_type in YAML_TYPES else orjson.loads(raw or b"null")
+        return yaml.safe_load(raw) if is_yaml else orjson.loads(raw or b"null")
     except (yaml.YAMLError, orjson.JSONDecodeError) as error:
-        kind = "YAML" if content_type in YAML_TYPES else "JSON"
-        raise ApiError(400, f"the body is not valid {kind}: {error}") from None
+        raise ApiError(400, f"the body is not valid {'YAML' if is_yaml else 'JSON'}: {error}") from None
 
 
 def validation_report(config: dict[str, Any]) -> dict[str, Any]:
@@ -318,7 +334,8 @@ class _Api:
                            f"connector {name!r} had no committed offsets"}
 
     def health(self) -> list[str]:
-        problems = []
+        problems = [] if self._context.supervising() else [f"worker {self._context.worker_id}: its supervisor "
+                                                           "has stopped, so none of its tasks runs"]
         statuses = self._context.store.statuses()
         for record in self._context.store.connectors().values():
             group = self._context.groups.read(record) if record.target == "RUNNING" else None

@@ -7,6 +7,7 @@ should show all its connectors, told apart by label, as Connect's per-connector 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -16,7 +17,7 @@ from engine.worker.records import TaskState
 from engine.worker.supervisor import scrape
 
 SCRAPE_TIMEOUT_S = 1.0
-STATES: tuple[TaskState, ...] = ("RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING", "UNASSIGNED")
+STATES: tuple[TaskState, ...] = get_args(TaskState)
 
 
 class WorkerCollector(Collector):

@@ -10,6 +10,7 @@ status that stops being rewritten is a worker that is gone.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -26,7 +27,9 @@ class ConnectorRecord:
     """A connector as the cluster wants it.
 
     ``version`` moves with every config change (the workers restart their task on it), ``restart`` with every
-    restart request (``restart_only_failed`` says whether healthy tasks are spared)."""
+    restart request (``restart_only_failed`` says whether healthy tasks are spared). ``incarnation`` is new
+    each time the name is created, so a worker that sees a delete and a re-create at once still replaces
+    the old task."""
 
     name: str
     config: dict[str, Any]
@@ -34,13 +37,17 @@ class ConnectorRecord:
     version: int = 1
     restart: int = 0
     restart_only_failed: bool = False
+    incarnation: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def encode(self) -> bytes:
         return orjson.dumps(asdict(self))
 
     @classmethod
     def decode(cls, value: bytes) -> ConnectorRecord:
-        return cls(**orjson.loads(value))
+        fields = orjson.loads(value)
+        if not isinstance(fields, dict) or not isinstance(fields.get("config"), dict):
+            raise ValueError("a connector record must be a JSON object with a config object")
+        return cls(**fields)
 
     def with_target(self, target: TargetState) -> ConnectorRecord:
         return replace(self, target=target)
@@ -84,6 +91,8 @@ class TaskStatus:
     @classmethod
     def decode(cls, value: bytes) -> TaskStatus:
         fields = orjson.loads(value)
+        if not isinstance(fields, dict):
+            raise ValueError(f"a task status must be a JSON object, not {type(fields).__name__}")
         error = fields.pop("error", None)
         return cls(**fields, error=TaskError(**error) if error else None)
 

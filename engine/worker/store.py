@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from connectors.admin import CLIENT_LOGGER, ClientConfig, ensure_topic
 from engine.worker.records import ConnectorRecord, TaskStatus, status_key
@@ -57,19 +57,25 @@ class KafkaClusterStore:
         for topic in (self.configs_topic, self.status_topic):
             ensure_topic(bootstrap, topic, 1, client_config, compacted=True, timeout=timeout_s)
         common: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER, **(client_config or {})}
-        self._producer = Producer({**common, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
+        # A write not acknowledged within the timeout fails for good (it is not left queued to land later).
+        self._producer = Producer({**common, "acks": "all", "enable.idempotence": True, "linger.ms": 0,
+                                   "message.timeout.ms": int(timeout_s * 1000)})
         self._consumer = Consumer({**common, "group.id": f"{cluster}-store-reader", "enable.auto.commit": False})
         self._changed = threading.Condition()
         self._connectors: dict[str, ConnectorRecord] = {}
         self._statuses: dict[bytes, TaskStatus] = {}
         self._positions = {self.configs_topic: 0, self.status_topic: 0}
         self._closed = threading.Event()
-        ends = self._end_offsets()
-        self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING) for topic in self._positions])
         self._reader = threading.Thread(target=self._read, name=f"{cluster}-store", daemon=True)
-        self._reader.start()
-        for topic, end in ends.items():
-            self._await_position(topic, end)
+        try:
+            ends = self._end_offsets()
+            self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING) for topic in self._positions])
+            self._reader.start()
+            for topic, end in ends.items():
+                self._await_position(topic, end)
+        except BaseException:
+            self.close()
+            raise
 
     def connectors(self) -> dict[str, ConnectorRecord]:
         with self._changed:
@@ -86,14 +92,19 @@ class KafkaClusterStore:
         self._write(self.configs_topic, name.encode(), None)
 
     def put_status(self, status: TaskStatus) -> None:
-        self._write(self.status_topic, status.key, status.encode())
+        """Sent, not awaited: a status is rewritten every few seconds, and the supervisor must not wait on Kafka."""
+        self._producer.produce(self.status_topic, key=status.key, value=status.encode())
+        self._producer.poll(0)
 
     def delete_status(self, connector: str, worker_id: str) -> None:
         self._write(self.status_topic, status_key(connector, worker_id), None)
 
     def close(self) -> None:
         self._closed.set()
-        self._reader.join(timeout=5)
+        with self._changed:
+            self._changed.notify_all()
+        if self._reader.ident is not None:
+            self._reader.join(timeout=5)
         self._producer.flush(5)
         self._consumer.close()
 
@@ -115,6 +126,8 @@ class KafkaClusterStore:
         deadline = time.monotonic() + self._timeout_s
         with self._changed:
             while self._positions[topic] < position:
+                if self._closed.is_set() or (self._reader.ident is not None and not self._reader.is_alive()):
+                    raise StoreError(f"reading {topic!r}: the reader has stopped")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StoreError(f"reading {topic!r} back to offset {position}: only at "
@@ -124,13 +137,20 @@ class KafkaClusterStore:
     def _end_offsets(self) -> dict[str, int]:
         ends = {}
         for topic in self._positions:
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=self._timeout_s)
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=self._timeout_s)
+            except KafkaException as error:
+                raise StoreError(f"reading the end of {topic!r}: {error.args[0].str()}") from error
             ends[topic] = high
         return ends
 
     def _read(self) -> None:
         while not self._closed.is_set():
-            message = self._consumer.poll(0.2)
+            try:
+                message = self._consumer.poll(0.2)
+            except (KafkaException, RuntimeError) as failure:
+                log.warning("reading the worker cluster's topics", extra={"error": str(failure)})
+                continue
             if message is None:
                 continue
             error = message.error()
@@ -147,7 +167,7 @@ class KafkaClusterStore:
             if key is not None:
                 try:
                     self._apply_record(topic, key, value)
-                except (ValueError, TypeError) as error:
+                except (ValueError, TypeError, KeyError, AttributeError) as error:  # never stop the reader
                     log.warning("skipping an unreadable record of the worker cluster's topics",
                                 extra={"topic": topic, "offset": offset, "error": str(error)})
             self._positions[topic] = offset + 1

@@ -17,6 +17,7 @@ restart request resets it.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import socket
@@ -35,6 +36,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.config import ConfigError
+from engine.secrets import without_url_credentials
 from engine.worker.child import ERROR_FILE_ENV, PARENT_PID_ENV
 from engine.worker.records import ConnectorRecord, TaskError, TaskState, TaskStatus
 from engine.worker.store import ClusterStore, StoreError
@@ -42,6 +44,8 @@ from engine.worker.task_config import write_task_config
 
 log = logging.getLogger(__name__)
 TRACE_LINES = 40
+WORKER_ONLY_ENV = frozenset({"EPOCHLINE_API_TOKEN"})
+"""What a task does not inherit from its worker: the API token is the worker's, not the connector's."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,12 @@ class _Child:
 
 
 class Task:
-    """One connector's task on this worker, stepped by the supervisor's loop (never blocks)."""
+    """One connector's task on this worker, stepped by the supervisor's loop (steps send signals and start
+    processes, they never wait for one)."""
 
     def __init__(self, name: str, settings: SupervisorSettings, record: ConnectorRecord) -> None:
         self.name = name
+        self.incarnation = record.incarnation
         self._settings = settings
         self._directory = settings.state_dir / "connectors" / name
         self.state: TaskState = "UNASSIGNED"
@@ -86,32 +92,33 @@ class Task:
         self._failures: deque[float] = deque()
         self._backoff_until = 0.0
         self._seen_restart = record.restart
+        self._seen_version = record.version
 
     @property
     def pid(self) -> int | None:
         return self.child.process.pid if self.child is not None else None
 
     def step(self, record: ConnectorRecord | None, now: float) -> None:
-        """Move one step towards ``record`` (None: the connector was deleted)."""
+        """Move one step towards ``record`` (None: the connector was deleted). A child asked to stop is
+        waited for (and killed after ``stop_timeout_s``) before anything else happens."""
         self._reap(now)
+        if self.child is not None and self.child.stop_requested_at is not None:
+            self._stop(now)
+            return
         if record is None:
             self._stop(now)
             return
-        if record.restart != self._seen_restart:
-            self._seen_restart = record.restart
-            if not record.restart_only_failed or self.state == "FAILED":
+        if record.restart != self._seen_restart or record.version != self._seen_version:
+            restart_requested = record.restart != self._seen_restart
+            self._seen_restart, self._seen_version = record.restart, record.version
+            if not restart_requested or not record.restart_only_failed or self.state == "FAILED":
                 self._reset(now)
         if record.target != "RUNNING":
             self._stop(now)
             if self.child is None:
                 self.state = record.target
             return
-        if self.child is not None:
-            if self.child.version != record.version:
-                self.state = "RESTARTING"
-                self._stop(now)
-            return
-        if self.state != "FAILED" and now >= self._backoff_until:
+        if self.child is None and self.state != "FAILED" and now >= self._backoff_until:
             self._start(record)
 
     def status(self) -> TaskStatus:
@@ -138,30 +145,37 @@ class Task:
                                         if sample.name == "epochline_dead_letters_total"))
 
     def _reset(self, now: float) -> None:
+        """A restart request or a new config: failures are forgotten, a running child is stopped first."""
         self._failures.clear()
         self.error, self.trace, self._backoff_until = None, None, 0.0
         if self.child is not None:
             self._stop(now)
-        self.state = "RESTARTING"
+            self.state = "RESTARTING"
+        elif self.state == "FAILED":
+            self.state = "RESTARTING"
 
     def _start(self, record: ConnectorRecord) -> None:
         port = free_port()
         try:
             path = write_task_config(record.config, self._directory / "config", state_dir=self._directory / "state",
                                      metrics_port=port)
-        except (OSError, ConfigError) as error:
+        except ConfigError as error:  # validated when stored, so only a config from a newer version gets here
             self._fail_now(TaskError(type(error).__name__, str(error), None, _now_text()), None)
+            return
+        except OSError as error:
+            self._failed(TaskError(type(error).__name__, str(error), None, _now_text()), None, time.monotonic())
             return
         error_file, log_file = self._directory / "error.json", self._directory / "task.log"
         error_file.unlink(missing_ok=True)
         command = [sys.executable, "-m", "engine.cli", "--log-format", "json", "run", str(path),
                    "--instance", self._settings.worker_id, "--bootstrap-servers", self._settings.bootstrap]
-        env = {**os.environ, PARENT_PID_ENV: str(os.getpid()), ERROR_FILE_ENV: str(error_file)}
+        env = {key: value for key, value in os.environ.items() if key not in WORKER_ONLY_ENV}
+        env.update({PARENT_PID_ENV: str(os.getpid()), ERROR_FILE_ENV: str(error_file)})
         with open(log_file, "ab") as output:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                        env=env, start_new_session=True)
         self.child = _Child(process, record.version, port, error_file, log_file)
-        self.state = "RUNNING"
+        self.state, self.error, self.trace = "RUNNING", None, None
         log.info("task started", extra={"connector": self.name, "pid": process.pid, "version": record.version})
 
     def _stop(self, now: float) -> None:
@@ -184,7 +198,10 @@ class Task:
         if child.stop_requested_at is not None:
             log.info("task stopped", extra={"connector": self.name, "pid": child.process.pid, "exit_code": code})
             return
-        error, trace = _exit_report(child, code)
+        self._failed(*_exit_report(child, code), now)
+
+    def _failed(self, error: TaskError, trace: str | None, now: float) -> None:
+        """An exit nobody asked for: FAILED after ``max_failures`` within the window, else a backoff."""
         self.restarts += 1
         self._failures.append(now)
         while self._failures and now - self._failures[0] > self._settings.failure_window_s:
@@ -195,7 +212,7 @@ class Task:
         backoff = min(self._settings.backoff_s * 2 ** (len(self._failures) - 1), self._settings.max_backoff_s)
         self._backoff_until = now + backoff
         self.state, self.error, self.trace = "RESTARTING", error, trace
-        log.warning("task exited: restarting", extra={"connector": self.name, "exit_code": code,
+        log.warning("task exited: restarting", extra={"connector": self.name, "exit_code": error.exit_code,
                                                       "error": error.message, "backoff_s": backoff})
 
     def _fail_now(self, error: TaskError, trace: str | None) -> None:
@@ -204,12 +221,14 @@ class Task:
 
 
 def _exit_report(child: _Child, code: int) -> tuple[TaskError, str | None]:
-    """What the child wrote to its error file; else (a crash, a signal) the tail of its log."""
-    tail = _tail(child.log_file, TRACE_LINES)
+    """What the child wrote to its error file; else (a crash, a signal) the tail of its log. Credentials in
+    URLs (a registry's) are redacted: the report goes to the status topic, the API and the log."""
+    tail = without_url_credentials(_tail(child.log_file, TRACE_LINES))
     try:
         report = orjson.loads(child.error_file.read_bytes())
-        return TaskError(str(report["type"]), str(report["message"]), code, _now_text()), str(report["trace"])
-    except (OSError, ValueError, KeyError):
+        message, trace = (without_url_credentials(str(report[key])) for key in ("message", "trace"))
+        return TaskError(str(report["type"]), message, code, _now_text()), trace
+    except (OSError, ValueError, KeyError, TypeError):
         reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         last = next((line for line in reversed(tail.splitlines()) if line.strip()), "") if tail else ""
         return TaskError("TaskExited", f"the task {reason}" + (f": {last}" if last else ""), code, _now_text()), tail
@@ -238,10 +257,9 @@ def scrape(port: int, timeout_s: float) -> list[Metric] | None:
     """The metric families a task's endpoint serves, or None when it does not answer (starting, stopping)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:
-            text = response.read().decode()
-    except OSError:
+            return list(text_string_to_metric_families(response.read().decode()))
+    except (OSError, ValueError, http.client.HTTPException):  # starting, dying mid-answer, or not our server
         return None
-    return list(text_string_to_metric_families(text))
 
 
 class Supervisor:
@@ -271,16 +289,25 @@ class Supervisor:
         with self._lock:
             return {name: (task.state, task.restarts) for name, task in self._tasks.items()}
 
-    def stop(self, timeout_s: float | None = None) -> None:
-        """Stop every task (each commits its epoch), then the loop; kill what outlives ``timeout_s``."""
+    @property
+    def alive(self) -> bool:
+        """False once the loop has ended: then no task runs (they die with this thread)."""
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop every task (each commits its epoch; what outlives ``stop_timeout_s`` is killed), then the loop."""
         self._stop.set()
-        self._thread.join(timeout=(timeout_s or self._settings.stop_timeout_s) + 5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=self._settings.stop_timeout_s + 30)
 
     def _loop(self) -> None:
         """Tasks are started from this thread, and ``PR_SET_PDEATHSIG`` fires when the thread that forked a
-        child ends: so this thread lives exactly as long as the tasks may."""
+        child ends: so this thread lives exactly as long as the tasks may, and no failure ends it early."""
         while not self._stop.is_set():
-            self._tick(time.monotonic())
+            try:
+                self._tick(time.monotonic())
+            except Exception:
+                log.exception("supervising the tasks failed; trying again")
             self._stop.wait(self._settings.tick_s)
         self._stop_all()
 
@@ -288,14 +315,29 @@ class Supervisor:
         records = self._store.connectors()
         with self._lock:
             for name, record in records.items():
-                self._tasks.setdefault(name, Task(name, self._settings, record)).step(record, now)
+                if self._stop.is_set():
+                    return
+                self._step(name, record, now)
             for name in [name for name in self._tasks if name not in records]:
-                task = self._tasks[name]
-                task.step(None, now)
-                if task.stopped:
-                    del self._tasks[name]
-                    self._forget(name)
+                self._step(name, None, now)
         self._publish(now)
+
+    def _step(self, name: str, record: ConnectorRecord | None, now: float) -> None:
+        """Step one task; a connector deleted and created again between two ticks (another incarnation)
+        first has its old task stopped, as for a delete."""
+        task = self._tasks.get(name)
+        replaced = task is not None and record is not None and task.incarnation != record.incarnation
+        if task is None and record is not None:
+            task = self._tasks[name] = Task(name, self._settings, record)
+        assert task is not None
+        try:
+            task.step(None if replaced else record, now)
+        except Exception:
+            log.exception("a task step failed", extra={"connector": name})
+        if (record is None or replaced) and task.stopped:
+            del self._tasks[name]
+            if record is None:
+                self._forget(name)
 
     def _publish(self, now: float) -> None:
         heartbeat = now - self._last_heartbeat >= self._settings.status_interval_s
@@ -304,6 +346,8 @@ class Supervisor:
         with self._lock:
             tasks = list(self._tasks.values())
         for task in tasks:
+            if self._stop.is_set():
+                return
             if heartbeat:
                 task.scrape_dead_letters()
             status = task.status()

@@ -40,6 +40,7 @@ def write_task_config(config: Mapping[str, Any], directory: Path, *, state_dir: 
     """Write ``config.yaml`` (and ``source-schema``/``sink-schema`` files for inline schemas) into
     ``directory``; returns the config file's path."""
     directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)  # the config may hold literal secrets: the worker's user only, from the start
     raw = copy.deepcopy(dict(config))
     for side in ("source", "sink"):
         section = raw.get(side)
@@ -55,7 +56,7 @@ def write_task_config(config: Mapping[str, Any], directory: Path, *, state_dir: 
         raw["metrics_port"] = metrics_port
     path = directory / CONFIG_FILE
     write_atomically(path, [yaml.safe_dump(raw, sort_keys=False).encode()])
-    path.chmod(0o600)  # it may hold literal secrets: readable by the worker's user only
+    path.chmod(0o600)
     return path
 
 

@@ -15,6 +15,8 @@ import ipaddress
 import logging
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -99,6 +101,19 @@ def _exit_on_signals(server: uvicorn.Server) -> None:
         signal.signal(signum, request_exit)
 
 
+def _start_once_serving(server: uvicorn.Server, supervisor: Supervisor, options: WorkerOptions,
+                        worker_id: str) -> None:
+    """Tasks start once the API listens: a worker that cannot bind its port (taken) exits before any of its
+    tasks joined a group or fenced anything."""
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.05)
+    supervisor.start()
+    log.info("worker started", extra={"cluster": options.cluster, "worker": worker_id,
+                                      "api": f"http://{options.host}:{options.port}", "pid": os.getpid()})
+
+
 def _serve(options: WorkerOptions, worker_id: str) -> None:
     client = options.client_config
     store = KafkaClusterStore(options.bootstrap, options.cluster, client, timeout_s=options.connect_timeout_s)
@@ -111,13 +126,12 @@ def _serve(options: WorkerOptions, worker_id: str) -> None:
                             kafka=KafkaConnectorOps(options.bootstrap, client), worker_id=worker_id,
                             cluster=options.cluster,
                             kafka_cluster_id=cluster_id(options.bootstrap, client, options.connect_timeout_s),
-                            token=options.token, metrics=render(collector))
+                            token=options.token, metrics=render(collector), supervising=lambda: supervisor.alive)
     server = uvicorn.Server(uvicorn.Config(create_app(context), host=options.host, port=options.port,
                                            log_config=None, access_log=False, lifespan="off"))
     _exit_on_signals(server)
-    supervisor.start()
-    log.info("worker started", extra={"cluster": options.cluster, "worker": worker_id,
-                                      "api": f"http://{options.host}:{options.port}", "pid": os.getpid()})
+    threading.Thread(target=_start_once_serving, args=(server, supervisor, options, worker_id), daemon=True,
+                     name="start-tasks").start()
     try:
         server.run()
     finally:
