@@ -106,7 +106,7 @@ def render_table(results: list[Result], title: str) -> Table:
 
 
 def print_table(results: list[Result], title: str) -> None:
-    Console(width=200).print(render_table(results, title))
+    Console(width=240).print(render_table(results, title))
 
 
 def machine() -> dict[str, object]:

@@ -68,7 +68,7 @@ from bench.workload import (
 )
 from connectors.admin import TopicAdminError, create_topic, partitions_of
 from engine.logs import configure_logging
-from engine.testing.local_broker import BrokerState, LocalBroker, free_port
+from engine.testing.local_broker import KAFKA_VERSION, BrokerState, LocalBroker, free_port
 
 log = logging.getLogger(__name__)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -238,6 +238,10 @@ def versions() -> dict[str, str]:
         import quixstreams
 
         found["quixstreams"] = quixstreams.__version__
+    found["kafka-streams"] = KAFKA_VERSION  # kafka-streams-eos runs the broker's version (bench/kafka_streams.py)
+    if shutil.which("java"):
+        banner = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
+        found["java"] = (banner.splitlines() or [""])[0]  # 'openjdk version "17.0.15" 2025-04-15'
     if shutil.which("kcat"):
         banner = subprocess.run(["kcat", "-V"], capture_output=True, text=True, check=False).stdout
         # "Version 1.7.1 (JSON, Transactions, ..., librdkafka 2.0.2 builtin.features=...)"

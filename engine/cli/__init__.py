@@ -21,9 +21,8 @@ from engine.config import ConfigError
 from engine.logs import configure_logging
 from engine.state import StateDirLocked
 from engine.transforms import OperatorConfigError
-from engine.worker import WorkerConfigError
 from engine.worker.child import report_failure
-from engine.worker.store import StoreError
+from engine.worker.errors import StoreError, WorkerConfigError
 from schemas import SchemaError
 
 KNOWN_FAILURES = (CommandFailed, ConfigError, ConnectorFailed, SchemaError, OperatorConfigError, TopicAdminError,

@@ -12,7 +12,6 @@ from engine import secrets
 from engine.checkpoint import bootstrap_from
 from engine.cli.common import CommandFailed, add_bootstrap_argument
 from engine.config import KafkaConfig
-from engine.worker import WorkerOptions, run_worker
 from engine.worker.client import TokenFileError, token_from
 from engine.worker.supervisor import SupervisorSettings
 
@@ -45,6 +44,8 @@ def _worker(args: argparse.Namespace) -> int:
         token = token_from(args.api_token_file)
     except TokenFileError as error:
         raise CommandFailed(str(error)) from error
+    from engine.worker.worker import WorkerOptions, run_worker  # the web framework, for this command only
+
     host, port = args.rest
     bootstrap = bootstrap_from(args.bootstrap_servers)
     supervision = SupervisorSettings(worker_id="", bootstrap=bootstrap, state_dir=args.state_dir,

@@ -16,8 +16,26 @@ One module per idea:
 Exactly once across deploys, updates, pauses and worker losses is the run protocol's (DESIGN.md): the
 worker only starts and stops tasks, one per connector at a time, and a task always resumes from what its
 group committed.
+
+The web framework loads only when a worker starts (``engine.worker.worker``): ``epochline run``, which every
+task is, does not pay for it.
 """
 
-from engine.worker.worker import WorkerConfigError, WorkerOptions, check_bind, run_worker
+from __future__ import annotations
 
-__all__ = ["WorkerConfigError", "WorkerOptions", "check_bind", "run_worker"]
+from typing import Any
+
+from engine.worker.errors import StoreError, WorkerConfigError
+
+_WORKER_NAMES = ("WorkerOptions", "check_bind", "run_worker")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WORKER_NAMES:
+        from engine.worker import worker
+
+        return getattr(worker, name)
+    raise AttributeError(f"module 'engine.worker' has no attribute {name!r}")
+
+
+__all__ = ["StoreError", "WorkerConfigError", "WorkerOptions", "check_bind", "run_worker"]

@@ -27,9 +27,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from connectors.admin import GroupNotEmpty, TopicAdminError
 from engine.config import ConfigError
 from engine.secrets import SecretReferenceError, redacted_tree
+from engine.worker.errors import StoreError
 from engine.worker.kafka_ops import ConnectorKafka
 from engine.worker.records import ConnectorRecord, TargetState
-from engine.worker.store import ClusterStore, StoreError
+from engine.worker.store import ClusterStore
 from engine.worker.task_config import field_problems, keyed_state_change, with_name
 from engine.worker.view import GroupView, connector_view, health_problem, live_tasks
 

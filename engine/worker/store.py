@@ -21,13 +21,10 @@ from typing import Any, Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from connectors.admin import CLIENT_LOGGER, ClientConfig, ensure_topic
+from engine.worker.errors import StoreError
 from engine.worker.records import ConnectorRecord, TaskStatus, status_key
 
 log = logging.getLogger(__name__)
-
-
-class StoreError(RuntimeError):
-    """The configs or status topic could not be written or read back in time; the message names the topic."""
 
 
 class ClusterStore(Protocol):

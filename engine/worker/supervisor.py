@@ -38,8 +38,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.config import ConfigError
 from engine.secrets import without_url_credentials
 from engine.worker.child import ERROR_FILE_ENV, PARENT_PID_ENV
+from engine.worker.errors import StoreError
 from engine.worker.records import ConnectorRecord, TaskError, TaskState, TaskStatus
-from engine.worker.store import ClusterStore, StoreError
+from engine.worker.store import ClusterStore
 from engine.worker.task_config import write_task_config
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,9 @@ class SupervisorSettings:
     """How long a stopping task may take to commit its last epoch before it is killed."""
     status_interval_s: float = 3.0
     tick_s: float = 0.25
+    program: tuple[str, ...] = (sys.executable, "-m", "engine.cli")
+    """What a task runs: ``<program> --log-format json run CONFIG --instance W --bootstrap-servers B``
+    (the specifications put a stand-in here to drive the supervisor without Kafka)."""
 
 
 @dataclass
@@ -167,7 +171,7 @@ class Task:
             return
         error_file, log_file = self._directory / "error.json", self._directory / "task.log"
         error_file.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "engine.cli", "--log-format", "json", "run", str(path),
+        command = [*self._settings.program, "--log-format", "json", "run", str(path),
                    "--instance", self._settings.worker_id, "--bootstrap-servers", self._settings.bootstrap]
         env = {key: value for key, value in os.environ.items() if key not in WORKER_ONLY_ENV}
         env.update({PARENT_PID_ENV: str(os.getpid()), ERROR_FILE_ENV: str(error_file)})

@@ -28,6 +28,7 @@ from engine.instance import InstanceNameError, instance_name
 from engine.logs import set_context
 from engine.state import StateDirLock
 from engine.worker.api import WorkerContext, create_app
+from engine.worker.errors import WorkerConfigError
 from engine.worker.kafka_ops import KafkaConnectorOps
 from engine.worker.metrics import WorkerCollector, render
 from engine.worker.store import KafkaClusterStore
@@ -36,10 +37,6 @@ from engine.worker.view import GroupReader
 
 log = logging.getLogger(__name__)
 CLUSTER_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-class WorkerConfigError(ValueError):
-    """The worker cannot start as asked (an unsafe bind, a bad name, an unreadable token file)."""
 
 
 @dataclass(frozen=True)

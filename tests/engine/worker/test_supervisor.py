@@ -1,0 +1,163 @@
+"""A worker's supervisor keeps one task process per connector as the configs say, and never two.
+
+The tasks here are stand-ins (``tests/helpers/fake_task.py``) started exactly as real ones would be: a
+process per task, stopped with SIGTERM, killed when it will not stop. No Kafka: the cluster's topics are an
+in-memory store. Each test steps the tasks itself (or runs the supervisor's loop) under a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.testing.worker import MemoryClusterStore
+from engine.worker.records import ConnectorRecord
+from engine.worker.supervisor import Supervisor, SupervisorSettings, Task
+from tests.helpers import REPO_ROOT
+
+FAKE_TASK = (sys.executable, str(REPO_ROOT / "tests" / "helpers" / "fake_task.py"))
+
+
+def record(name: str, **changes: object) -> ConnectorRecord:
+    config = {"name": name, "source": {"topic": "in", "format": "json"}, "sink": {"topic": "out"},
+              "dead_letter": {"topic": "dlq"}}
+    return replace(ConnectorRecord(name, config), **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> SupervisorSettings:
+    return SupervisorSettings(worker_id="w1", bootstrap="127.0.0.1:1", state_dir=tmp_path, max_failures=3,
+                              backoff_s=0.05, stop_timeout_s=1.0, status_interval_s=0.2, tick_s=0.05,
+                              program=FAKE_TASK)
+
+
+@pytest.fixture
+def tasks() -> Iterator[list[Task]]:
+    """Every task a test made; whatever still runs is killed by its PID afterwards."""
+    made: list[Task] = []
+    yield made
+    for task in made:
+        task.kill()
+
+
+def step_until(task: Task, current: Callable[[], ConnectorRecord | None], done: Callable[[], bool],
+               timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"task {task.name} stuck in {task.state}"
+        task.step(current(), time.monotonic())
+        time.sleep(0.02)
+
+
+def starts(settings: SupervisorSettings, name: str) -> list[int]:
+    log = settings.state_dir / "connectors" / name / "config" / "starts.log"
+    return [int(line) for line in log.read_text().split()] if log.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_a_task_runs_its_connector_and_a_pause_stops_it_with_sigterm(
+        settings: SupervisorSettings, tasks: list[Task]) -> None:
+    wanted = record("runs-a")
+    task = Task("runs-a", settings, wanted)
+    tasks.append(task)
+    step_until(task, lambda: wanted, lambda: task.state == "RUNNING" and bool(starts(settings, "runs-a")))
+    [pid] = starts(settings, "runs-a")
+    assert task.pid == pid and alive(pid)
+    paused = wanted.with_target("PAUSED")
+    step_until(task, lambda: paused, lambda: task.state == "PAUSED")
+    assert task.pid is None and not alive(pid) and task.restarts == 0
+
+
+def test_a_task_that_ignores_sigterm_is_killed_after_the_stop_timeout(
+        settings: SupervisorSettings, tasks: list[Task]) -> None:
+    wanted = record("stubborn-a")
+    task = Task("stubborn-a", settings, wanted)
+    tasks.append(task)
+    step_until(task, lambda: wanted, lambda: bool(starts(settings, "stubborn-a")))
+    time.sleep(0.3)  # let it install its SIGTERM handler
+    stopped = wanted.with_target("STOPPED")
+    began = time.monotonic()
+    resumed_too_early = replace(stopped, target="RUNNING")
+    task.step(stopped, time.monotonic())
+    # Resumed while still stopping: the stubborn child is waited for and killed before a second one starts.
+    step_until(task, lambda: resumed_too_early, lambda: len(starts(settings, "stubborn-a")) == 2)
+    assert time.monotonic() - began >= settings.stop_timeout_s
+    first, second = starts(settings, "stubborn-a")
+    assert not alive(first) and task.pid == second
+
+
+def test_a_failing_task_restarts_with_backoff_then_is_failed_with_its_error_until_a_restart(
+        settings: SupervisorSettings, tasks: list[Task]) -> None:
+    wanted = record("fails-a")
+    task = Task("fails-a", settings, wanted)
+    tasks.append(task)
+    step_until(task, lambda: wanted, lambda: task.state == "FAILED")
+    assert task.restarts == settings.max_failures == len(starts(settings, "fails-a"))
+    assert task.error is not None and task.error.message == "failing on purpose"
+    assert (task.error.type, task.error.exit_code) == ("PipelineHalted", 2)
+    assert task.trace == "Traceback: failing on purpose"
+    for _ in range(5):
+        task.step(wanted, time.monotonic())
+    assert len(starts(settings, "fails-a")) == settings.max_failures, "a FAILED task was started again"
+    restarted = replace(wanted, restart=wanted.restart + 1)
+    step_until(task, lambda: restarted, lambda: len(starts(settings, "fails-a")) > settings.max_failures)
+
+
+def test_a_new_config_restarts_a_running_task_once_and_brings_a_failed_one_back(
+        settings: SupervisorSettings, tasks: list[Task]) -> None:
+    wanted = record("runs-b")
+    task = Task("runs-b", settings, wanted)
+    tasks.append(task)
+    step_until(task, lambda: wanted, lambda: bool(starts(settings, "runs-b")))
+    updated = replace(wanted, version=2)
+    step_until(task, lambda: updated, lambda: len(starts(settings, "runs-b")) == 2 and task.state == "RUNNING")
+    first, second = starts(settings, "runs-b")
+    assert not alive(first) and alive(second) and task.restarts == 0
+
+    failing = record("fails-b")
+    broken = Task("fails-b", settings, failing)
+    tasks.append(broken)
+    step_until(broken, lambda: failing, lambda: broken.state == "FAILED")
+    fixed = replace(failing, version=2)
+    step_until(broken, lambda: fixed, lambda: len(starts(settings, "fails-b")) > settings.max_failures)
+
+
+def test_the_supervisor_replaces_a_connector_deleted_and_created_again_and_forgets_a_deleted_one(
+        settings: SupervisorSettings) -> None:
+    store = MemoryClusterStore()
+    store.put_connector(record("runs-c"))
+    supervisor = Supervisor(store, settings)
+    supervisor.start()
+    try:
+        wait = time.monotonic() + 20
+        while not starts(settings, "runs-c") or not any(s.state == "RUNNING" for s in store.statuses()):
+            assert time.monotonic() < wait
+            time.sleep(0.05)
+        [first] = starts(settings, "runs-c")
+        store.delete_connector("runs-c")
+        store.put_connector(record("runs-c"))  # a new incarnation, seen in the same tick as the delete
+        while len(starts(settings, "runs-c")) < 2:
+            assert time.monotonic() < wait
+            time.sleep(0.05)
+        assert not alive(first)
+        store.delete_connector("runs-c")
+        while store.statuses():
+            assert time.monotonic() < wait, store.statuses()
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in starts(settings, "runs-c"))
+    finally:
+        supervisor.stop()
+    assert not supervisor.alive
