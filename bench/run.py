@@ -268,6 +268,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="run the epochline contenders under pyinstrument (HTML next to the results); "
                              "their numbers then include the profiler's overhead")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the contenders' logs and configs")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     if args.timeout is None:
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(output, meta, results)
     print(f"results: {output}")
     failed = [r for r in results if r.status == FAILED]
-    if failed:
+    if failed or args.keep_logs:
         print(f"contender logs kept in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -201,8 +201,10 @@ public final class BenchStreams {
   public static void main(String[] argv) throws Exception {
     Map<String, String> args = parse(argv);
     boolean bounded = args.containsKey("bounded");
+    long started = System.nanoTime();
     Properties adminProps = new Properties();
     adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args.get("bootstrap"));
+    int exitCode;
     try (Admin admin = Admin.create(adminProps)) {
       Map<TopicPartition, Long> ends = bounded ? endOffsets(admin, args.get("input")) : null;
       KafkaStreams streams = new KafkaStreams(
@@ -217,24 +219,49 @@ public final class BenchStreams {
         closed.countDown();
       }, "bench-shutdown"));
       streams.start();
-      while (true) {
-        KafkaStreams.State state = streams.state();
-        if (state == KafkaStreams.State.ERROR || state == KafkaStreams.State.PENDING_ERROR) {
-          streams.close(Duration.ofSeconds(30));
-          report();
-          System.exit(1);
-        }
-        if (bounded && committedUpTo(admin, args.get("application-id"), ends)) {
-          break;
-        }
-        if (closed.await(POLL_MS, TimeUnit.MILLISECONDS)) { // SIGTERM: the hook closed the client
-          return;
-        }
+      exitCode = runUntilDone(streams, admin, args.get("application-id"), ends, closed);
+      if (exitCode < 0) { // SIGTERM: the shutdown hook closes the client and the JVM exits
+        return;
       }
-      streams.close(Duration.ofSeconds(60));
+      System.err.printf("kafka-streams-eos: %s after %.2f s, closing%n",
+          exitCode == 0 ? "input committed" : "failed", seconds(started));
+      if (!streams.close(Duration.ofSeconds(60))) {
+        System.err.println("kafka-streams-eos: the client did not close within 60 s");
+        exitCode = 1;
+      }
+      System.err.printf("kafka-streams-eos: closed after %.2f s%n", seconds(started));
       report();
     }
-    System.exit(0);
+    System.exit(exitCode);
+  }
+
+  /** 0 once a bounded run's input is committed, 1 when the client failed, -1 when SIGTERM closed it. */
+  private static int runUntilDone(KafkaStreams streams, Admin admin, String groupId, Map<TopicPartition, Long> ends,
+      CountDownLatch closed) throws InterruptedException {
+    while (true) {
+      KafkaStreams.State state = streams.state();
+      if (state == KafkaStreams.State.ERROR || state == KafkaStreams.State.PENDING_ERROR) {
+        return 1;
+      }
+      if (ends != null) {
+        try {
+          if (committedUpTo(admin, groupId, ends)) {
+            return 0;
+          }
+        } catch (InterruptedException e) {
+          throw e;
+        } catch (Exception e) { // the group's offsets could not be read this time: ask again
+          System.err.println("kafka-streams-eos: reading the committed offsets failed, retrying: " + e);
+        }
+      }
+      if (closed.await(POLL_MS, TimeUnit.MILLISECONDS)) {
+        return -1;
+      }
+    }
+  }
+
+  private static double seconds(long since) {
+    return (System.nanoTime() - since) / 1e9;
   }
 
   private static void report() {
