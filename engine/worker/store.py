@@ -89,12 +89,19 @@ class KafkaClusterStore:
         self._write(self.configs_topic, name.encode(), None)
 
     def put_status(self, status: TaskStatus) -> None:
-        """Sent, not awaited: a status is rewritten every few seconds, and the supervisor must not wait on Kafka."""
-        self._producer.produce(self.status_topic, key=status.key, value=status.encode())
-        self._producer.poll(0)
+        """Statuses are sent, not awaited: each is rewritten every few seconds, and a supervisor must not
+        wait on Kafka (its tasks' stop deadlines run meanwhile)."""
+        self._send(self.status_topic, status.key, status.encode())
 
     def delete_status(self, connector: str, worker_id: str) -> None:
-        self._write(self.status_topic, status_key(connector, worker_id), None)
+        self._send(self.status_topic, status_key(connector, worker_id), None)
+
+    def _send(self, topic: str, key: bytes, value: bytes | None) -> None:
+        try:
+            self._producer.produce(topic, key=key, value=value)
+        except (KafkaException, BufferError) as error:
+            raise StoreError(f"writing to {topic!r}: {error}") from error
+        self._producer.poll(0)
 
     def close(self) -> None:
         self._closed.set()

@@ -39,12 +39,14 @@ from engine.config import ConfigError
 from engine.secrets import without_url_credentials
 from engine.worker.child import ERROR_FILE_ENV, PARENT_PID_ENV
 from engine.worker.errors import StoreError
-from engine.worker.records import ConnectorRecord, TaskError, TaskState, TaskStatus
+from engine.worker.records import STATUS_TTL_S, ConnectorRecord, TaskError, TaskState, TaskStatus
 from engine.worker.store import ClusterStore
 from engine.worker.task_config import write_task_config
 
 log = logging.getLogger(__name__)
 TRACE_LINES = 40
+FORGET_AFTER_S = 10 * STATUS_TTL_S
+"""A status not rewritten for this long is removed: its worker is not coming back soon."""
 WORKER_ONLY_ENV = frozenset({"EPOCHLINE_API_TOKEN"})
 """What a task does not inherit from its worker: the API token is the worker's, not the connector's."""
 
@@ -349,6 +351,8 @@ class Supervisor:
             self._last_heartbeat = now
         with self._lock:
             tasks = list(self._tasks.values())
+        if heartbeat:
+            self._forget_gone_workers()
         for task in tasks:
             if self._stop.is_set():
                 return
@@ -358,6 +362,17 @@ class Supervisor:
             published = self._published.get(task.name)
             if heartbeat or published is None or _changed(published, status):
                 self._write(status)
+
+    def _forget_gone_workers(self) -> None:
+        """Remove the statuses of workers that stopped rewriting them long ago (killed, or gone for good),
+        so the status topic holds live tasks; any worker may do it, and a worker that comes back rewrites its own."""
+        now = time.time()
+        for status in self._store.statuses():
+            if status.worker_id != self._settings.worker_id and now - status.updated_at > FORGET_AFTER_S:
+                try:
+                    self._store.delete_status(status.connector, status.worker_id)
+                except StoreError as error:
+                    log.warning("cannot remove a gone worker's status", extra={"error": str(error)})
 
     def _write(self, status: TaskStatus) -> None:
         try:
