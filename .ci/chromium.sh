@@ -9,14 +9,9 @@ if command -v chromium >/dev/null; then
     exit 0
 fi
 
-as_root=()
-if [[ $EUID -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "chromium: must run as root (or with sudo) to apt-get install" >&2; exit 1; }
-    as_root=(sudo -n)
-fi
-
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium </dev/null
+NAME=chromium
+source "$(dirname "$0")/apt.sh"
+apt_install chromium
 command -v chromium >/dev/null || { echo "chromium: installed, but no chromium on PATH" >&2; exit 1; }
 version=$(chromium --version 2>/dev/null) || { echo "chromium: installed, but \`chromium --version\` failed" >&2; exit 1; }
 echo "chromium: installed $(command -v chromium): $version"

@@ -10,11 +10,8 @@ if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
     exit 0
 fi
 
-as_root=()
-if [[ $EUID -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "postgresql: must run as root (or with sudo) to apt-get install" >&2; exit 1; }
-    as_root=(sudo -n)
-fi
+NAME=postgresql
+source "$(dirname "$0")/apt.sh"
 
 policy=/usr/sbin/policy-rc.d
 if [[ ! -e $policy ]]; then
@@ -22,7 +19,6 @@ if [[ ! -e $policy ]]; then
     trap '"${as_root[@]}" rm -f "$policy"' EXIT
 fi
 
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql </dev/null
+apt_install postgresql
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || { echo "postgresql: installed, but no initdb found" >&2; exit 1; }
 echo "postgresql: installed $(compgen -G '/usr/lib/postgresql/*/bin/initdb' | tr '\n' ' ')"
