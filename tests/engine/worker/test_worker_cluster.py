@@ -108,6 +108,10 @@ def test_a_connector_deployed_over_rest_switches_sql_mid_stream_exactly_once_and
         after = task_states(worker, "b")["w1"]
         assert (after["pid"], after["restarts"]) == (neighbour["pid"], 0), "the neighbour was restarted"
         assert task_states(worker, "a")["w1"]["restarts"] == 0, "the update counted as a failure"
+    assert worker.stop() == 0
+    workers.remove(worker)
+    stopped = [line for line in worker.task_logs().splitlines() if '"connector stopped"' in line]
+    assert len(stopped) == 3, "a SIGTERM to the worker stops every task cleanly (a's first task, a, b)"
 
 
 def test_two_workers_share_a_connector_and_a_worker_killed_repeatedly_loses_and_repeats_nothing(
