@@ -43,6 +43,7 @@ class JobSpec:
     expected_outputs: int
     bounded: bool  # True: stop after the input present at start; False: run until SIGTERM
     profile_to: Path | None = None  # epochline only: write a pyinstrument HTML profile of the run here
+    producer: dict[str, str] = field(default_factory=dict)  # epochline only: sink.producer settings
 
 
 class Contender(Protocol):
@@ -90,7 +91,7 @@ class Epochline:
             "source": {"topic": job.input_topic, "format": job.format, "schema": str(job.input_schema)},
             "transform": {"sql": SQL},
             "sink": {"topic": job.output_topic, "format": job.format, "delivery": self.delivery,
-                     "schema": str(job.output_schema)},
+                     "schema": str(job.output_schema), "producer": dict(job.producer)},
             "dead_letter": {"topic": job.dead_letter_topic},
             "checkpoint": {"interval": "1s", "dir": str(job.workdir / "state")},
         }

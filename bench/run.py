@@ -145,7 +145,7 @@ class Bench:
             dead_letter_topic=self.topic(f"{contender.name}-{phase}-dlq", partitions=1),
             format=self.args.format, name=f"{self.prefix}-{contender.name}-{phase}", workdir=workdir,
             input_schema=self.input_schema, output_schema=self.output_schema,
-            expected_outputs=expected, bounded=bounded, profile_to=profile_to,
+            expected_outputs=expected, bounded=bounded, profile_to=profile_to, producer=dict(self.args.producer),
         )
 
     def id_reader(self, contender: Contender) -> Callable[[bytes], int]:
@@ -225,6 +225,7 @@ class Bench:
             "sql": SQL,
             "latency_probe": {"records": self.args.latency_records, "rate_per_s": self.args.latency_rate},
             "epochline_profiled": self.args.profile,
+            "epochline_producer": dict(self.args.producer),
             "broker_warm_up": not self.args.no_warm_up,
             "machine": machine(),
             "versions": versions(),
@@ -251,6 +252,13 @@ def versions() -> dict[str, str]:
     return found
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key, value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -269,6 +277,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run the epochline contenders under pyinstrument (HTML next to the results); "
                              "their numbers then include the profiler's overhead")
     parser.add_argument("--keep-logs", action="store_true", help="keep the contenders' logs and configs")
+    parser.add_argument("--producer", nargs="+", default=[], metavar="KEY=VALUE", type=_setting,
+                        help="librdkafka settings for the epochline contenders' sink.producer, e.g. "
+                             "compression.type=none linger.ms=20")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     if args.timeout is None:
