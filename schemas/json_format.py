@@ -175,10 +175,15 @@ class JsonFormat:
             return _Piece([], self._empty())
         buffer = _ndjson(lines) if buffer is None else buffer
         longest = max(map(len, lines)) if longest is None else longest
-        block_size = max(_MIN_BLOCK_SIZE, 2 * longest)
+        # One block, one thread: the whole batch is parsed in one pass. Arrow's default (blocks parsed on its
+        # thread pool) is faster on an idle machine but costs a third more CPU per record (1.42 against
+        # 1.08 µs for 10,000 ~180-byte records), and a pipeline shares its cores with the broker and the
+        # other stages: CPU per record is what counts.
+        block_size = max(_MIN_BLOCK_SIZE, 2 * longest, len(buffer) + 1)
         # pyarrow-stubs: read_json also reads from an Arrow Buffer (any input get_input_stream accepts)
         table = pj.read_json(pa.py_buffer(buffer),  # type: ignore[arg-type]
-                             read_options=pj.ReadOptions(block_size=block_size), parse_options=self._parse_options)
+                             read_options=pj.ReadOptions(block_size=block_size, use_threads=False),
+                             parse_options=self._parse_options)
         if table.num_rows != len(lines):  # an empty payload (a skipped blank line), or two objects in one
             raise _RowCountMismatch(f"{table.num_rows} JSON objects in {len(lines)} payloads")
         batch = table_to_batch(table)
