@@ -417,7 +417,11 @@ class KafkaSource:
         if self._listener is None:
             return messages
         rewound = set(self._staged_seeks)
-        fresh = [m for m in messages if m.partition() in self._positions and m.partition() not in rewound]
+        partitions = set(map(Message.partition, messages))
+        if partitions.issubset(self._positions) and partitions.isdisjoint(rewound):
+            fresh = messages  # the common case, checked per partition rather than per record
+        else:
+            fresh = [m for m in messages if m.partition() in self._positions and m.partition() not in rewound]
         if rewound:
             self._apply_staged_seeks()
         return fresh
