@@ -297,7 +297,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "heartbeat.interval.ms=500; default: epochline's own")
     parser.add_argument("--keep-logs", action="store_true", help="keep the instances' logs and configs")
     parser.add_argument("--log-level", default="WARNING")
-    parser.set_defaults(profile=False)  # Bench.job asks; the scale-out runs are never profiled
+    parser.set_defaults(profile=False, producer=[])  # Bench.job asks: never profiled, default sink producer
     args = parser.parse_args(argv)
     if args.timeout is None:
         args.timeout = 120 + args.records / 1000

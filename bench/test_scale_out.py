@@ -62,3 +62,9 @@ def test_consumer_settings_reach_the_source_section_of_the_config(tmp_path: Path
 def test_more_instances_than_input_partitions_are_refused() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--instances", "1", "7"])
+
+
+def test_the_arguments_answer_everything_the_shared_bench_job_asks() -> None:
+    """scale_out reuses run.py's ``Bench.job``, which reads ``profile`` and ``producer`` from the arguments."""
+    args = parse_args([])
+    assert (args.profile, args.producer) == (False, [])
