@@ -395,6 +395,8 @@ class KafkaSource:
         events = [m for m in taken if m.error() is not None]
         ends = self._ends_reached(events)
         records = [m for m in taken if m.error() is None] if events else taken
+        if events:
+            value_bytes -= sum(map(len, events))  # an event's "value" is its error text, not a record's bytes
         columns = RecordColumns.of(records)
         source_batch = self._to_source_batch(columns, value_bytes) if records else None
         self._pending = self._pending[take:]
@@ -427,7 +429,8 @@ class KafkaSource:
         return fresh
 
     def _records_that_fit(self, messages: list[Message]) -> tuple[int, int]:
-        """How many of ``messages`` to hand out (at least one), and the bytes of their values."""
+        """How many of ``messages`` to hand out (at least one), and the bytes of their values (events
+        included: ``poll_batch`` takes theirs back out, which is cheaper than asking every record)."""
         if not messages:
             return 0, 0
         value_bytes = list(accumulate(map(len, messages)))

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import Literal
+from typing import Literal, TextIO
 
 import orjson
 from rich.console import Console
@@ -111,6 +111,24 @@ def terminal_console() -> Console:
     return Console(stderr=True)
 
 
+class CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of each record, as rich's console does for text.
+
+    Why: a handler that kept the stream of the moment it was made writes into a closed file once that
+    stream is replaced and closed (a command run in-process under a test runner that captures stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        """Ignored: the stream is always the current ``sys.stderr``."""
+
+
 def chosen_format(requested: LogFormat) -> Literal["text", "json"]:
     """``auto``: text when stderr is a terminal, JSON otherwise (files, pipes, collectors)."""
     if requested != "auto":
@@ -127,7 +145,7 @@ def configure_logging(level: str = "INFO", log_format: LogFormat = "auto") -> Li
                               log_time_format="%H:%M:%S")
         handler.setFormatter(TextFormatter())
     else:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = CurrentStderrHandler()
         handler.setFormatter(JsonFormatter())
     handler.addFilter(_ContextFilter())
     root = logging.getLogger()

@@ -103,6 +103,19 @@ def test_batches_are_bounded_by_records_and_bytes(kafka_bootstrap: str, unique_t
         assert sum(b.batch.num_rows for b in batches) == 500
 
 
+def test_value_bytes_count_the_records_only_when_the_end_of_partition_event_comes_in_the_same_fetch(
+        kafka_bootstrap: str, unique_topic: str, group: str) -> None:
+    create_topic(kafka_bootstrap, unique_topic, partitions=1)
+    values = [b"x" * n for n in range(1, 6)]
+    produce(kafka_bootstrap, unique_topic, values, partition=0)
+    with KafkaSource(raw_settings(unique_topic), kafka_bootstrap, group) as source:
+        source.open()
+        time.sleep(2.0)  # the consumer fetches the records and queues the end-of-partition event behind them
+        batches = read_until(source, {0: len(values)})
+    assert [v for _, _, v in rows(batches)] == values
+    assert sum(b.value_bytes for b in batches) == sum(map(len, values))
+
+
 # -- exact cuts: restore, transactions, barriers --------------------------------------------------------------
 
 def test_restored_checkpoint_reads_the_rest_without_gaps_or_repeats_across_transactions(

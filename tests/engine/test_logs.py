@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
 
 import orjson
 import pytest
 
-from engine.logs import JsonFormatter, RepeatLimiter, TextFormatter, chosen_format
+from engine.logs import CurrentStderrHandler, JsonFormatter, RepeatLimiter, TextFormatter, chosen_format
 
 
 def record(message: str, **fields: object) -> logging.LogRecord:
@@ -49,3 +50,18 @@ def test_auto_means_text_on_a_terminal_and_json_elsewhere(monkeypatch: pytest.Mo
                                                          is_terminal: bool, chosen: str) -> None:
     monkeypatch.setattr("sys.stderr.isatty", lambda: is_terminal)
     assert chosen_format(requested) == chosen  # type: ignore[arg-type]
+
+
+def test_json_lines_go_to_the_stderr_of_the_moment_not_to_the_one_closed_since_logging_was_set_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = CurrentStderrHandler()
+    handler.setFormatter(JsonFormatter())
+    at_setup, later = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", at_setup)
+    handler.stream = at_setup
+    at_setup.close()
+    monkeypatch.setattr("sys.stderr", later)
+
+    handler.handle(record("still shown"))
+
+    assert orjson.loads(later.getvalue())["event"] == "still shown"
