@@ -19,7 +19,10 @@ reader (half as fast), whose varints are exact (so too large for their field).
 from __future__ import annotations
 
 import io
+import re
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -53,6 +56,7 @@ _HIGH_BITS = bytes([0, 0] + [2] * 126 + [255] * 128)
 _PAST_64_BITS = (b"\xff" * 10, b"\xff" * 9 + b"\x02")
 """In translated bytes, what a varint longer than 64 bits looks like: ten bytes with the high bit, or nine
 and then a last byte above 1 (a valid ten-byte varint ends with 0x00 or 0x01)."""
+_PAST_64_BITS_RUN = re.compile(b"|".join(map(re.escape, _PAST_64_BITS)))
 
 
 class AvroCodec:
@@ -168,15 +172,16 @@ _AVRO_INTS = {32: "int", 64: "long"}
 def varint_suspects(payloads: Sequence[bytes | None]) -> set[int]:
     """Positions of the payloads that may hold a varint longer than 64 bits (see ``_PAST_64_BITS``).
 
-    One translate and one search over all payloads joined (by a zero byte, so no run crosses two), then
-    more only if that found nine bytes in a row with the high bit. Payloads with long runs of such bytes
-    (text in a non-Latin script, binary values) can be suspects too: they are only read more slowly."""
-    present = cast(Sequence[bytes], payloads) if None not in payloads else [p for p in payloads if p is not None]
-    high = b"\0".join(present).translate(_HIGH_BITS)
-    if _PAST_64_BITS[1][:-1] not in high or not any(run in high for run in _PAST_64_BITS):
+    One translate and one regex scan over all payloads joined by a zero byte (which translates to 0x00, so no
+    run crosses two payloads); each match is placed in its payload by a binary search over where the payloads
+    start. Payloads with long runs of high-bit bytes (a double followed by a long varint, text in a non-Latin
+    script, binary values) can be suspects too: they are only read more slowly."""
+    bodies = cast(Sequence[bytes], payloads) if None not in payloads else [payload or b"" for payload in payloads]
+    high = b"\0".join(bodies).translate(_HIGH_BITS)
+    if _PAST_64_BITS[1][:-1] not in high:
         return set()
-    return {index for index, payload in enumerate(payloads)
-            if payload and any(run in payload.translate(_HIGH_BITS) for run in _PAST_64_BITS)}
+    next_starts = list(accumulate(len(body) + 1 for body in bodies))
+    return {bisect_right(next_starts, match.start()) for match in _PAST_64_BITS_RUN.finditer(high)}
 
 
 class _TrailingBytes(Exception):
