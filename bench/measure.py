@@ -55,6 +55,7 @@ class ChildProcess:
     """A contender process in its own session, reaped with ``wait4`` so its resource usage is its own."""
 
     def __init__(self, command: list[str], log_path: Path, cwd: Path) -> None:
+        self.started_at = time.time()  # wall clock, like the tailer's arrival times
         with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
             self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
@@ -222,6 +223,9 @@ class Latency:
     p50_ms: float
     p99_ms: float
     samples: int
+    first_output_s: float
+    """Process start to the first warm-up row visible to a ``read_committed`` reader: start-up, joining the
+    group, the first transaction and (for exactly-once contenders) the first commit interval."""
 
 
 @dataclass
@@ -233,6 +237,7 @@ class LatencyPlan:
     warmup_first_id: int = 10**12
     probe_first_id: int = 2 * 10**12
     warmup_timeout: float = 90.0
+    warmup_every_s: float = 0.1
     probe_ids: range = field(init=False)
 
     def __post_init__(self) -> None:
@@ -250,7 +255,7 @@ def measure_latency(contender: Contender, job: JobSpec, id_of: Callable[[bytes],
     tailer.start()
     child = ChildProcess(contender.command(job), job.workdir / "contender.log", job.workdir)
     try:
-        _warm_up(child, tailer, job, plan, produce)
+        first_output_s = _warm_up(child, tailer, job, plan, produce)
         stamps: dict[int, int] = {}
         produce(plan.probe_ids, plan.rate, stamps)
         deadline = time.monotonic() + 60.0
@@ -266,12 +271,13 @@ def measure_latency(contender: Contender, job: JobSpec, id_of: Callable[[bytes],
         tailer.halt()
     delays_ms = sorted(tailer.arrivals[i] * 1000 - stamps[i] for i in plan.probe_ids)
     quantiles = statistics.quantiles(delays_ms, n=100, method="inclusive")
-    return Latency(quantiles[49], quantiles[98], len(delays_ms))
+    return Latency(quantiles[49], quantiles[98], len(delays_ms), first_output_s)
 
 
 def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: LatencyPlan,
-             produce: Callable[[range, float, dict[int, int]], None]) -> None:
-    """Write one warm-up row every half second until one comes out: the contender is then fully running."""
+             produce: Callable[[range, float, dict[int, int]], None]) -> float:
+    """Write a warm-up row every ``plan.warmup_every_s`` until one comes out (the contender is then fully
+    running); returns the seconds from the process start to that first output."""
     deadline = time.monotonic() + plan.warmup_timeout
     next_id = plan.warmup_first_id
     while not tailer.arrivals:
@@ -282,7 +288,8 @@ def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: Late
                                   f"see {job.workdir / 'contender.log'}")
         produce(range(next_id, next_id + 1), 100.0, {})
         next_id += 1
-        time.sleep(0.5)
+        time.sleep(plan.warmup_every_s)
+    return min(tailer.arrivals.values()) - child.started_at
 
 
 def process_cpu_seconds(pid: int) -> float | None:

@@ -38,6 +38,7 @@ class Result:
     latency_p50_ms: float | None = None
     latency_p99_ms: float | None = None
     latency_samples: int | None = None
+    first_output_s: float | None = None  # process start to its first committed output, in the latency run
 
     def set_cpu(self, client_seconds: float, broker_seconds: float | None, records: int) -> None:
         """The CPU split of a run over ``records`` input records; without the broker's CPU (``--bootstrap``)
@@ -63,6 +64,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("peak RSS MB", "peak_rss_mb", "{:,.0f}"),
     ("latency p50 ms", "latency_p50_ms", "{:,.0f}"),
     ("latency p99 ms", "latency_p99_ms", "{:,.0f}"),
+    ("first output s", "first_output_s", "{:,.2f}"),
 )
 # shown without "(Nx)" in the table: every contender reads the same input, so the ratio of CPU seconds is the
 # one of CPU µs/record next to them (the JSON has every column's ratio)

@@ -202,7 +202,7 @@ class Bench:
 
         latency = measure_latency(contender, job, self.id_reader(contender), plan, produce)
         result.latency_p50_ms, result.latency_p99_ms = latency.p50_ms, latency.p99_ms
-        result.latency_samples = latency.samples
+        result.latency_samples, result.first_output_s = latency.samples, latency.first_output_s
 
     def delete_topics(self) -> None:
         if self.topics:

@@ -20,7 +20,14 @@ import pytest
 
 from bench import kafka_streams
 from bench.contenders import Epochline, JobSpec, KafkaStreams, RawCopy
-from bench.measure import CpuWindow, read_committed_ids, run_to_completion, verify_ids
+from bench.measure import (
+    CpuWindow,
+    LatencyPlan,
+    measure_latency,
+    read_committed_ids,
+    run_to_completion,
+    verify_ids,
+)
 from bench.report import FAILED, NOT_AVAILABLE, OK, Result, render_table, write_json
 from bench.run import Bench, parse_args
 from bench.workload import (
@@ -33,6 +40,7 @@ from bench.workload import (
     iso_millis,
     make_record,
     new_producer,
+    produce_paced,
 )
 from connectors.admin import create_topic
 from engine.testing.local_broker import KAFKA_VERSION
@@ -175,6 +183,28 @@ def test_a_contender_that_duplicates_records_is_caught(kafka_bootstrap: str, tmp
 
     assert not verdict.ok
     assert verdict.problem.startswith("4000 records for 2000 expected: 0 ids missing, 2000 duplicated")
+
+
+@pytest.mark.timeout(180)
+def test_a_live_run_times_the_probe_records_and_the_start_up_to_the_first_output(kafka_bootstrap: str,
+                                                                                 tmp_path: Path) -> None:
+    prefix = f"bench-test-{uuid.uuid4().hex[:8]}"
+    input_topic, output_topic = f"{prefix}-in", f"{prefix}-out"
+    for topic in (input_topic, output_topic):
+        create_topic(kafka_bootstrap, topic, 4)
+    job = JobSpec(kafka_bootstrap, input_topic, output_topic, f"{prefix}-dlq", "json", prefix, tmp_path,
+                  tmp_path / "in.avsc", tmp_path / "out.avsc", expected_outputs=100, bounded=False)
+    decode = codec("json", INPUT_SCHEMA).decode
+
+    def produce(ids: range, rate: float, stamps: dict[int, int]) -> None:
+        produce_paced(kafka_bootstrap, input_topic, "json", ids, rate, stamps)
+
+    latency = measure_latency(RawCopy(), job, lambda value: decode(value)["id"],
+                              LatencyPlan(records=100, rate=200.0), produce)
+
+    assert latency.samples == 100
+    assert 0 < latency.p50_ms <= latency.p99_ms < 10_000
+    assert 0.05 < latency.first_output_s < 60, "a Python process needs more than 50 ms to put out a record"
 
 
 @pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
