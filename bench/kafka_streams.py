@@ -31,14 +31,13 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.testing.local_broker import KAFKA_VERSION, cache_dir
+from engine.testing.local_broker import KAFKA_VERSION, MVN_TIMEOUT_S, cache_dir, copy_runtime_jars_command
 
 SOURCE_DIR = Path(__file__).resolve().parent / "kstreams"
 POM = SOURCE_DIR / "pom.xml"
 JAVA_SOURCE = SOURCE_DIR / "BenchStreams.java"
 LOG_CONFIG = SOURCE_DIR / "log4j2.properties"
 MAIN_CLASS = "BenchStreams"
-MVN_TIMEOUT_S = 600.0
 JAVAC_TIMEOUT_S = 300.0
 TOOLS = {
     "java": "run Kafka Streams (Debian: apt-get install openjdk-17-jre-headless)",
@@ -130,10 +129,8 @@ def build(mvn_timeout: float = MVN_TIMEOUT_S, javac_timeout: float = JAVAC_TIMEO
         raise KafkaStreamsBuildError(missing)
     if not dirs.libs.is_dir():
         def copy_jars(into: Path) -> None:
-            _run_step("mvn dependency:copy-dependencies (bench/kstreams/pom.xml)", [
-                shutil.which("mvn") or "mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-                "-DincludeScope=runtime", f"-DoutputDirectory={into}", f"-Dkafka.version={KAFKA_VERSION}",
-            ], mvn_timeout)
+            _run_step("mvn dependency:copy-dependencies (bench/kstreams/pom.xml)",
+                      copy_runtime_jars_command(shutil.which("mvn") or "mvn", POM, into), mvn_timeout)
         _fill_atomically(dirs.libs, copy_jars)
 
     def compile_sources(into: Path) -> None:

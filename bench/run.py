@@ -68,7 +68,8 @@ from bench.workload import (
 )
 from connectors.admin import TopicAdminError, create_topic, partitions_of
 from engine.logs import configure_logging
-from engine.testing.local_broker import KAFKA_VERSION, BrokerState, LocalBroker, free_port
+from engine.ports import free_port
+from engine.testing.local_broker import KAFKA_VERSION, BrokerState, LocalBroker
 
 log = logging.getLogger(__name__)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

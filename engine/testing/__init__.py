@@ -24,12 +24,13 @@ A test in a few lines::
     table = read_topic(kafka_bootstrap, "orders-clean", FormatSpec(format="json"))
 """
 
+from engine.ports import free_port
 from engine.testing.auth import ClientAuth, ScramKafka, create_principal
 from engine.testing.cluster import LocalCluster
 from engine.testing.containers import KafkaContainer, docker_unavailable_reason
 from engine.testing.driver import DriverRecord, DriverSnapshot, TransformTestDriver
 from engine.testing.errors import ContainerStartFailed, KafkaTestError, ProduceFailed, ReadFailed
-from engine.testing.local_broker import LocalBroker, free_port
+from engine.testing.local_broker import LocalBroker
 from engine.testing.pipelines import run_pipeline
 from engine.testing.topics import create_unique_topic, produce_rows, produce_transactions, read_topic, read_values
 

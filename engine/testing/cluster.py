@@ -27,6 +27,7 @@ import orjson
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from engine.ports import free_port
 from engine.testing.auth import (
     CREDENTIALS_FILE,
     AuthMode,
@@ -44,7 +45,6 @@ from engine.testing.local_broker import (
     LayoutMismatch,
     LocalBroker,
     PortInUse,
-    free_port,
     has_exited,
     kafka_classpath,
     new_cluster_id,

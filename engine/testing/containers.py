@@ -15,11 +15,11 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Protocol
 
+from engine.ports import free_port
 from engine.testing.errors import ContainerStartFailed
 from engine.testing.local_broker import (
     KAFKA_VERSION,
     BrokerStartFailed,
-    free_port,
     server_properties,
     wait_until_transactions_work,
 )

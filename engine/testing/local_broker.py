@@ -31,6 +31,7 @@ from pathlib import Path
 
 import orjson
 
+from engine.ports import free_port
 from engine.testing.auth import (
     CREDENTIALS_FILE,
     AuthMode,
@@ -105,6 +106,17 @@ def kafka_classpath() -> str:
     return f"{jars}/*"
 
 
+MVN_TIMEOUT_S = 600.0
+"""How long one Maven download of a pom's runtime jars may take (a first fetch on a slow network)."""
+
+
+def copy_runtime_jars_command(mvn: str, pom: Path, into: Path) -> list[str]:
+    """The Maven call that copies the runtime jars of ``pom`` (built on ``${kafka.version}``, set to the
+    broker's version) into ``into``: the broker's jars here, Kafka Streams' in the benchmarks."""
+    return [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+            f"-DoutputDirectory={into}", f"-Dkafka.version={KAFKA_VERSION}"]
+
+
 def fetch_kafka_jars() -> Path:
     """Download the pinned Kafka jars with Maven once; later calls return the cached directory."""
     target = cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs"
@@ -115,12 +127,13 @@ def fetch_kafka_jars() -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     pom = resources.files("engine.testing") / "kafka" / "pom.xml"
     with resources.as_file(pom) as pom_path:
-        command = [
-            mvn, "-q", "-B", "-f", str(pom_path), "dependency:copy-dependencies",
-            "-DincludeScope=runtime", f"-DoutputDirectory={partial}", f"-Dkafka.version={KAFKA_VERSION}",
-        ]
         log.info("fetching kafka jars", extra={"version": KAFKA_VERSION, "into": str(target)})
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(copy_runtime_jars_command(mvn, pom_path, partial), capture_output=True, text=True,
+                                  timeout=MVN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise BrokerError(f"mvn did not fetch Kafka {KAFKA_VERSION} within {MVN_TIMEOUT_S:.0f}s "
+                              "(is Maven Central reachable?)") from None
     if done.returncode != 0:
         raise BrokerError(f"mvn could not fetch Kafka {KAFKA_VERSION}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -139,12 +152,6 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)

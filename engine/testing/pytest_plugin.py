@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Literal
 
 import pytest
 
+from engine.ports import free_port
 from engine.testing.auth import ScramKafka
-from engine.testing.local_broker import LocalBroker, free_port
+from engine.testing.local_broker import LocalBroker
 
 if TYPE_CHECKING:
     from engine.testing.cluster import LocalCluster

@@ -20,7 +20,6 @@ from __future__ import annotations
 import http.client
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.config import ConfigError
+from engine.ports import free_port
 from engine.secrets import without_url_credentials
 from engine.worker.child import ERROR_FILE_ENV, PARENT_PID_ENV
 from engine.worker.errors import StoreError
@@ -251,12 +251,6 @@ def _tail(path: Path, lines: int) -> str:
 
 def _now_text() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def scrape(port: int, timeout_s: float) -> list[Metric] | None:

@@ -36,8 +36,8 @@ from connectors.changelog import (
     repartition_topic,
     state_record,
 )
+from engine.ports import free_port
 from engine.testing.auth import ScramKafka
-from engine.testing.local_broker import free_port
 from engine.testing.topics import create_unique_topic
 
 TIMEOUT = 30.0

@@ -20,8 +20,8 @@ from connectors.source import (
     SourceUnavailable,
     TopicMissing,
 )
+from engine.ports import free_port
 from engine.testing import produce_transactions
-from engine.testing.local_broker import free_port
 from schemas import FormatSpec
 from tests.helpers.connector_process import read_until
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.testing.local_broker import free_port
+from engine.ports import free_port
 
 DSN_VARIABLE = "EPOCHLINE_TEST_POSTGRES_DSN"
 SERVER_USER = "postgres"

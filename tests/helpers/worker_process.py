@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from engine.ports import free_port
 from engine.worker.client import WorkerApiError, WorkerClient
-from engine.worker.supervisor import free_port
 from tests.helpers import REPO_ROOT
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ from engine.batch.store import (
     Spend,
     open_batch_store,
 )
-from engine.testing.local_broker import free_port
+from engine.ports import free_port
 
 pytest_plugins = ["tests.helpers.postgres_server"]
 pytestmark = pytest.mark.timeout(180)

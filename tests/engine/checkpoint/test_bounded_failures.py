@@ -13,8 +13,9 @@ from pathlib import Path
 import orjson
 
 from connectors.admin import create_topic
+from engine.ports import free_port
 from engine.testing import read_values
-from engine.testing.local_broker import LocalBroker, free_port
+from engine.testing.local_broker import LocalBroker
 from tests.helpers import REPO_ROOT
 from tests.helpers.connector_process import json_field_counts, produce_values, write_config
 

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from engine.cli import main
+from engine.ports import free_port
 from engine.testing.auth import (
     CREDENTIALS_FILE,
     ClientAuth,
@@ -30,7 +31,7 @@ from engine.testing.auth import (
     scram_broker_settings,
 )
 from engine.testing.cluster import LocalCluster
-from engine.testing.local_broker import LayoutMismatch, free_port, resolve_scram
+from engine.testing.local_broker import LayoutMismatch, resolve_scram
 
 TIMEOUT = 30.0
 
