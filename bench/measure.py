@@ -5,8 +5,14 @@ Methods (they are what the numbers mean):
 - **records/s** = input records / (time the last expected output record became visible to a
   ``read_committed`` reader − time the contender's process was started). Process start-up (interpreter,
   imports, group join) is inside the window, as a user running the job would see it.
-- **Client CPU seconds and peak RSS** come from ``os.wait4`` on the contender's process: user+sys of the
-  process and every descendant it waited for, and the largest resident set among them (Linux ``ru_maxrss``).
+- **Client CPU seconds** come from ``os.wait4`` on the contender's process: user+sys of the process and
+  every descendant it waited for.
+- **Peak RSS** is the largest ``VmHWM`` (the kernel's resident-set high-water mark of the process) read from
+  ``/proc/<pid>/status`` each time the harness polls the process (every 50-100 ms) until it exits. Not
+  ``wait4``'s ``ru_maxrss``: Python starts the child with ``vfork``, and the kernel then counts the
+  *harness's* peak resident set, recorded when the child execs, in the child's ``ru_maxrss`` (the harness
+  holds every expected id, so after a 10M-record run that read 1.5 GB for a 300 MB contender). Growth in the
+  last poll interval before the process exits can be missed; the contender's own children are not counted.
 - **Broker CPU seconds** (``CpuWindow``): user+sys of the private broker's JVM, read from ``/proc/<pid>/stat``
   just before the contender's process is started and again once it has been reaped, i.e. over the same span
   as its client CPU. They include the broker's work for the harness's ``read_committed`` tailer, the same for
@@ -60,14 +66,16 @@ class ChildProcess:
             self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
         self.usage: Usage | None = None
+        self._peak_rss_kb = 0
 
     def poll(self) -> Usage | None:
-        """The usage once the process has exited (reaping it), else None."""
+        """The usage once the process has exited (reaping it), else None. Samples its peak RSS first."""
         if self.usage is None:
+            self._peak_rss_kb = max(self._peak_rss_kb, resident_high_water_kb(self.process.pid))
             pid, status, rusage = os.wait4(self.process.pid, os.WNOHANG)
             if pid == self.process.pid:
                 self.process.returncode = os.waitstatus_to_exitcode(status)
-                self.usage = Usage(rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss / 1024,
+                self.usage = Usage(rusage.ru_utime + rusage.ru_stime, self._peak_rss_kb / 1024,
                                    self.process.returncode)
         return self.usage
 
@@ -290,6 +298,19 @@ def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: Late
         next_id += 1
         time.sleep(plan.warmup_every_s)
     return min(tailer.arrivals.values()) - child.started_at
+
+
+def resident_high_water_kb(pid: int) -> int:
+    """``VmHWM`` of a live process in kB, 0 once it is gone. ``Popen`` returns after the child has exec'd
+    its program, so this is the program's own high-water mark, never the harness's."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
 
 
 def process_cpu_seconds(pid: int) -> float | None:

@@ -15,7 +15,7 @@ Measured per k (bench/measure.py's process helpers; nothing here runs inside a c
   the window bench/run.py uses (an instance exits up to about a second later: it learns that the *group*
   is done from the committed offsets, which it asks for at most once a second).
 - **client CPU**: user+sys of every instance process from ``wait4`` (their rusage), summed; also per input
-  record. **peak RSS** per process (``ru_maxrss``).
+  record. **peak RSS** per process (its ``VmHWM``, see ``bench.measure``).
 - **broker CPU**: user+sys of the private broker's JVM over the same window, from ``/proc/<pid>/stat``
   (not measured with ``--bootstrap``). **machine busy**: the share of all cores' time that was not idle over
   the window (``/proc/stat``): everything on the machine, including the harness's tailer and other users.

@@ -11,6 +11,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from bench import kafka_streams
 from bench.contenders import Epochline, JobSpec, KafkaStreams, RawCopy
 from bench.measure import (
+    ChildProcess,
     CpuWindow,
     LatencyPlan,
     measure_latency,
@@ -146,6 +148,17 @@ def test_a_failed_run_shows_its_reason_instead_of_numbers() -> None:
     table = render_table([Result("epochline-eos", FAILED, "note", reason="3 ids missing")], "t")
     note_column = table.columns[-1]
     assert list(note_column.cells) == ["3 ids missing"]
+
+
+def test_a_contenders_peak_rss_is_its_own_not_the_harnesses(tmp_path: Path) -> None:
+    held_by_the_harness = bytearray(400 * 1024 * 1024)  # touched: all 400 MiB resident
+    child = ChildProcess([sys.executable, "-c", "import time; blob = b'x' * (30 * 1024 * 1024); time.sleep(1)"],
+                         tmp_path / "child.log", tmp_path)
+    usage = child.wait(30.0)
+
+    assert usage is not None and usage.exit_code == 0
+    assert 30 < usage.peak_rss_mb < 150, f"{usage.peak_rss_mb:.0f} MB for a 30 MB child"
+    del held_by_the_harness
 
 
 @dataclass(frozen=True)
