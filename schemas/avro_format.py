@@ -5,8 +5,9 @@ batch be decoded in one call) into plain dicts, read with a *physical* copy of t
 dates and times stay integers and decimals stay bytes, so fastavro creates no datetime/Decimal/UUID
 objects (3x faster than decoding with logical types, measured). Arrow then builds the whole batch from the
 dicts in one C++ call and converts the physical columns to their logical types column-wise (see
-``schemas.avro_arrow``). Encoding mirrors it: convert to the physical types column-wise, ``to_pylist``
-once, then fastavro per record. Every payload must be consumed exactly: leftover bytes are a failure, and
+``schemas.avro_arrow``). Encoding mirrors it: convert to the physical types column-wise, then encode a
+record of primitive fields column by column in Arrow (``schemas.avro_columns``), any other record with
+``to_pylist`` once and fastavro per record. Every payload must be consumed exactly: leftover bytes are a failure, and
 so is a record that needs more bytes than the payload has.
 
 A record fastavro reads but Arrow cannot hold (an ``int`` beyond 32 bits, which fastavro reads as an
@@ -40,6 +41,7 @@ from schemas.avro_arrow import (
     to_logical,
     to_physical,
 )
+from schemas.avro_columns import plan_for
 from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, EncodeError
 
 ParsedSchema = Any  # fastavro's parsed schema (a dict it annotates)
@@ -72,6 +74,7 @@ class AvroCodec:
         physical = physical_avro_schema(schema)
         self.physical_schema = avro_to_arrow_schema(physical, where=source)
         self.parsed: ParsedSchema = fastavro.parse_schema(physical)
+        self._column_plan = plan_for(physical)  # None: rows go through fastavro's writer one by one
         self._struct_type = pa.struct(list(self.physical_schema))
         # fastavro writes maps from dicts; Arrow's dict conversion is ~3x slower, so only ask for it if needed
         self._maps_as_pydicts: Literal["strict"] | None = "strict" if contains_map(self._struct_type) else None
@@ -150,6 +153,8 @@ class AvroCodec:
     def encode_bodies(self, batch: pa.RecordBatch, prefix: bytes = b"") -> list[bytes]:
         conformed = conform_batch(batch, self.arrow_schema, fmt="avro")
         physical = map_batch_leaves(conformed, self.physical_schema, to_physical)
+        if self._column_plan is not None and (encoded := self._column_plan.encode(physical, prefix)) is not None:
+            return encoded
         rows = physical.to_pylist(maps_as_pydicts=self._maps_as_pydicts)
         out: list[bytes] = []
         write = fastavro.schemaless_writer
