@@ -62,13 +62,13 @@ def batch_of(schema: dict[str, Any], rows: list[dict[str, Any]]) -> pa.RecordBat
 
 
 @settings(max_examples=300, deadline=None)
-@given(schemas_and_rows(), st.binary(max_size=5))
+@given(schemas_and_rows(), st.binary(max_size=5), st.integers(0, 3))
 def test_every_primitive_and_nullable_field_is_written_as_fastavro_writes_it(
-        case: tuple[dict[str, Any], list[dict[str, Any]]], prefix: bytes) -> None:
+        case: tuple[dict[str, Any], list[dict[str, Any]]], prefix: bytes, skipped: int) -> None:
     schema, rows = case
     plan = plan_for(schema)
     assert plan is not None
-    batch = batch_of(schema, rows)
+    batch = batch_of(schema, rows).slice(min(skipped, len(rows) - 1))  # a slice: columns with an offset
 
     assert plan.encode(batch, prefix) == fastavro_bytes(schema, batch.to_pylist(), prefix)
 
