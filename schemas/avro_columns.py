@@ -1,25 +1,37 @@
-"""Avro encoding of flat records column by column in Arrow, without a Python object per value.
+"""Avro records of primitive fields encoded and decoded column by column, without a Python object per value.
 
-Why: fastavro writes one row at a time from a dict, so encoding a batch first builds a dict per row
-(``to_pylist``) and then walks it in Cython: about 7-9 µs per row on the benchmark's four fields, the
-largest single cost of an Avro sink. For a record whose fields are all primitive (boolean, int, long, float,
-double, string, bytes) or a union of ``null`` and one of them, every field's bytes can be computed for the
-whole column with Arrow compute kernels, and ``binary_join_element_wise`` then concatenates the fields of
-each row in C++: a varint is the 7-bit groups of the zigzag value, each group present where the value needs
-it (an empty element where it does not); a double is its little-endian bytes, which is exactly the float64
+Why: fastavro reads and writes one row at a time through a dict: about 7-9 µs per row each way on the
+benchmark's four fields, the largest single cost of an Avro source or sink. For a record whose fields are
+all primitive (boolean, int, long, float, double, string, bytes) or a union of ``null`` and one of them,
+every field of the whole batch can be handled at once in C.
+
+Encoding uses Arrow compute kernels, and ``binary_join_element_wise`` then concatenates the fields of each
+row in C++: a varint is the 7-bit groups of the zigzag value, each group present where the value needs it
+(an empty element where it does not); a double is its little-endian bytes, which is exactly the float64
 column's data buffer; a string is its length's varint followed by its UTF-8 bytes.
 
+Decoding joins the batch's payloads into one byte array and walks it one field at a time for every row at
+once with numpy (``_Reader``): where each row's next field starts is an array, a varint is read one 7-bit
+group per step for the rows whose previous byte had its high bit set, a double is eight gathered bytes seen
+as float64, a string's bytes are gathered into the Arrow data buffer. Decoding is only ever an exact
+shortcut: any payload that does not end exactly after its record, a varint longer than 64 bits or an
+``int`` beyond 32, an invalid union branch, boolean or UTF-8, makes ``decode`` return None, and the caller
+reads that batch record by record with fastavro, which names each bad record's problem.
+
 Anything else (records inside records, arrays, maps, enums, fixed, other unions, logical types that stay
-in the physical schema) has no plan and keeps fastavro's writer; so does a batch with a null in a field that
-is not nullable, whose row fastavro then names in the error. ``tests/schemas/test_avro_columns.py`` holds
-the encoder to fastavro's bytes on generated batches.
+in the physical schema, a record without fields) has no plan and keeps fastavro; so does a batch with a null
+in a field that is not nullable, whose row fastavro then names in the error. ``tests/schemas/
+test_avro_columns.py`` holds both directions to fastavro's bytes and records on generated batches.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,8 +46,15 @@ _U64 = {n: pa.scalar(n, pa.uint64()) for n in (0, 0x7F, 0x80, *range(7, 7 * _VAR
 _EMPTY = pa.scalar(b"", pa.binary())
 """What an absent part joins as. Not null with ``null_handling="skip"``: pyarrow 26 then drops the rows whose
 parts are all null from the result instead of giving them an empty value."""
-_BRANCH = (pa.scalar(b"\x00", pa.binary()), pa.scalar(b"\x02", pa.binary()))
+_BRANCH_BYTE = (0x00, 0x02)
 """The union branch indexes 0 and 1 as Avro writes them (zigzag varints)."""
+_BRANCH = tuple(pa.scalar(bytes([byte]), pa.binary()) for byte in _BRANCH_BYTE)
+_NUMPY_OF_FIXED: dict[str, np.dtype[Any]] = {"float": np.dtype("<f4"), "double": np.dtype("<f8")}
+_INT32 = (-(2**31), 2**31 - 1)
+_MAX_OFFSET = 2**31 - 1  # the int32 offsets of Arrow's string and binary arrays
+
+Positions = npt.NDArray[np.int64]
+Rows = slice | npt.NDArray[np.intp]  # which rows of the batch a read is for: all (a slice), or these
 
 
 @dataclass(frozen=True)
@@ -74,12 +93,143 @@ class ColumnPlan:
                     parts.append(pc.fill_null(_encoded(spec.kind, column), _EMPTY))
         return cast("list[bytes]", _joined(parts).to_pylist())
 
+    def decode(self, payloads: Sequence[bytes], schema: pa.Schema, prefix: bytes = b"") -> pa.RecordBatch | None:
+        """The records of ``payloads`` (each ``prefix`` then one Avro record) as a batch of ``schema``, the
+        plan's physical Arrow schema; None when any payload is not exactly that, for the caller to read the
+        batch record by record."""
+        try:
+            reader = _Reader(payloads, prefix)
+            columns = [reader.column(spec) for spec in self.fields]
+            reader.expect_all_read()
+        except _Malformed:
+            return None
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class _Malformed(Exception):
+    """A payload of the batch is not a record of the plan: the batch is read record by record instead."""
+
+
+class _Reader:
+    """The payloads of a batch joined into one byte array, and where each row's next field starts."""
+
+    def __init__(self, payloads: Sequence[bytes], prefix: bytes) -> None:
+        self.data = np.frombuffer(b"".join(payloads), np.uint8)
+        lengths = np.fromiter(map(len, payloads), np.int64, len(payloads))
+        self.ends: Positions = np.cumsum(lengths)
+        starts = self.ends - lengths
+        self.at: Positions = starts + len(prefix)
+        if np.any(self.at > self.ends):
+            raise _Malformed
+        for offset, byte in enumerate(prefix):
+            if np.any(self.data[starts + offset] != byte):
+                raise _Malformed
+
+    def column(self, spec: _Field) -> pa.Array[Any]:
+        if spec.null_branch is None:
+            return self._values(spec.kind, slice(None))
+        branch = self._bytes(slice(None), 1)[:, 0]
+        present = branch == _BRANCH_BYTE[1 - spec.null_branch]
+        if np.any(~present & (branch != _BRANCH_BYTE[spec.null_branch])):
+            raise _Malformed  # a branch index the union does not have
+        values = self._values(spec.kind, np.flatnonzero(present))
+        places = np.cumsum(present) - 1  # row -> its value among the present ones
+        return values.take(pa.array(places, mask=~present))
+
+    def expect_all_read(self) -> None:
+        if not np.array_equal(self.at, self.ends):
+            raise _Malformed  # bytes left after a record
+
+    def _values(self, kind: str, rows: Rows) -> pa.Array[Any]:
+        if kind in ("int", "long"):
+            values = _unzigzag(self._varints(rows))
+            if kind == "int":
+                if values.size and (values.min() < _INT32[0] or values.max() > _INT32[1]):
+                    raise _Malformed
+                return pa.array(values.astype(np.int32))
+            return pa.array(values)
+        if kind == "boolean":
+            flags = self._bytes(rows, 1)[:, 0]
+            if np.any(flags > 1):
+                raise _Malformed
+            return pa.array(flags.astype(np.bool_))
+        if kind in _NUMPY_OF_FIXED:
+            dtype = _NUMPY_OF_FIXED[kind]
+            return cast("pa.Array[Any]", pa.array(self._bytes(rows, dtype.itemsize).view(dtype).ravel()))
+        return self._strings(rows, pa.string() if kind == "string" else pa.binary())
+
+    def _bytes(self, rows: Rows, width: int) -> npt.NDArray[np.uint8]:
+        """The next ``width`` bytes of each row, one row of the matrix per row."""
+        at = self.at[rows]  # a view when rows is a slice: read before moving on
+        if np.any(at + width > self.ends[rows]):
+            raise _Malformed  # truncated
+        gathered = self.data[at[:, None] + np.arange(width)]
+        self.at[rows] = at + width
+        return cast("npt.NDArray[np.uint8]", gathered)
+
+    def _varints(self, rows: Rows) -> npt.NDArray[np.uint64]:
+        """The next varint of each row: group k is read only for the rows whose group k - 1 said more follow."""
+        at, ends = self.at[rows].copy(), self.ends[rows]
+        values = np.zeros(len(at), np.uint64)
+        going = np.arange(len(at))
+        for group in range(_VARINT_GROUPS):
+            where = at[going]
+            if np.any(where >= ends[going]):
+                raise _Malformed  # truncated inside the varint
+            byte = self.data[where]
+            if group == _VARINT_GROUPS - 1 and np.any(byte > 1):
+                raise _Malformed  # more than 64 bits
+            values[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * group)
+            at[going] = where + 1
+            more = (byte & 0x80) != 0
+            if not more.any():
+                break
+            going = going[more]
+        self.at[rows] = at
+        return values
+
+    def _strings(self, rows: Rows, arrow_type: pa.DataType) -> pa.Array[Any]:
+        """A length varint, then that many bytes, per row: the bytes gathered into one Arrow data buffer."""
+        lengths = _unzigzag(self._varints(rows))
+        at = self.at[rows]
+        if np.any(lengths < 0) or np.any(at + lengths > self.ends[rows]):
+            raise _Malformed
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        if total > _MAX_OFFSET:
+            raise _Malformed  # more than one Arrow string array holds; fastavro's path chunks it
+        gathered = self.data[np.repeat(at - offsets[:-1], lengths) + np.arange(total)]
+        self.at[rows] = at + lengths
+        array = pa.Array.from_buffers(arrow_type, len(lengths),
+                                      [None, _buffer(offsets.astype(np.int32)), _buffer(gathered)])
+        try:
+            array.validate(full=True)  # UTF-8 for strings
+        except pa.ArrowInvalid:
+            raise _Malformed from None
+        return array
+
+
+def _unzigzag(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+    """Zigzag back to signed: ``(n >> 1) ^ -(n & 1)``."""
+    halves = (values >> np.uint64(1)).astype(np.int64)
+    return cast("npt.NDArray[np.int64]", halves ^ -(values & np.uint64(1)).astype(np.int64))
+
+
+def _buffer(values: npt.NDArray[Any]) -> pa.Buffer:
+    """A numpy array's memory as an Arrow buffer, without a copy."""
+    data = cast("pa.Buffer | None", pa.array(values).buffers()[1])
+    assert data is not None  # a numeric array always has its data buffer
+    return data
+
 
 def plan_for(physical_schema: AvroSchema) -> ColumnPlan | None:
     """The column-wise plan for a record schema of primitive and nullable-primitive fields, else None."""
     if not isinstance(physical_schema, dict) or physical_schema.get("type") != "record":
         return None
     fields = []
+    if not physical_schema["fields"]:
+        return None  # no field to count the rows by
     for field in physical_schema["fields"]:
         spec = _field_of(field["name"], field["type"])
         if spec is None:

@@ -42,6 +42,8 @@ from schemas.registry import (
     connect,
     fetch_schema,
     framed,
+    header_problem,
+    schema_id_of,
     wire_header,
 )
 
@@ -145,6 +147,8 @@ class ConfluentAvroFormat:
         return self._reader.arrow_schema if self._reader is not None else None
 
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
+        if (whole := self._read_columns(payloads)) is not None:
+            return whole
         records: list[dict[str, Any]] = []
         indices: list[int] = []
         failures: list[DecodeFailure] = []
@@ -180,6 +184,18 @@ class ConfluentAvroFormat:
         log.info("avro-confluent encode schema id resolved",
                  extra={"schema_id": schema_id, "subject": self._registration.subject(record_name)})
         return wire_header("AVRO", schema_id), codec
+
+    def _read_columns(self, payloads: Sequence[bytes | None]) -> Decoded | None:
+        """The batch decoded column-wise when the first payload's schema id is the reader schema (see
+        ``AvroCodec.read_columns``, which checks that every payload has that same header); else None."""
+        first = payloads[0] if payloads else None
+        if first is None or header_problem(first) is not None:
+            return None
+        writer = self._writer_or_reason(schema_id_of(first))
+        if isinstance(writer, str) or writer.parsed is not None:
+            return None
+        assert self._reader is not None  # chosen by _writer at the latest
+        return self._reader.read_columns(payloads, prefix=first[:HEADER_SIZE])
 
     def _writer_or_reason(self, schema_id: int) -> _Writer | str:
         try:

@@ -8,6 +8,9 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
+from schemas import avro_format
 from tests.helpers import EXAMPLES
 
 ALL_TYPES_AVSC = EXAMPLES / "schema-files" / "all_types.avsc"
@@ -56,3 +59,15 @@ def _row(n: int, rng: random.Random) -> dict[str, Any]:
         "visits": [{"at": _EPOCH + dt.timedelta(milliseconds=millis + k), "page": None if k % 2 else f"/p{k}"}
                    for k in range(n % 3)],
     }
+
+
+def count_per_record_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the records the Avro formats read one by one with fastavro (not column-wise): ``[count]``."""
+    count = [0]
+    per_record = avro_format._schemaless_reader
+
+    def counted(*args: Any) -> Any:
+        count[0] += 1
+        return per_record(*args)
+    monkeypatch.setattr(avro_format, "_schemaless_reader", counted)
+    return count

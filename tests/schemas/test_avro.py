@@ -13,7 +13,7 @@ import pytest
 
 from schemas import DecodeFailure, EncodeError, FormatSpec, SchemaError, make_format
 from schemas.base import Format
-from tests.helpers.schema_samples import ALL_TYPES_AVSC, all_types_rows
+from tests.helpers.schema_samples import ALL_TYPES_AVSC, all_types_rows, count_per_record_reads
 
 SMALL_SCHEMA = {"type": "record", "name": "Small", "fields": [
     {"name": "id", "type": "long"},
@@ -183,6 +183,20 @@ def test_good_rows_survive_beside_bad_ones_in_input_order(small: Format) -> None
     assert decoded.indices == [0, 2, 4, 6]
     assert decoded.batch.column("id").to_pylist() == [0, 1, 2, 3]
     assert [f.index for f in decoded.failures] == [1, 3, 5]
+
+
+def test_a_batch_of_well_formed_records_is_read_column_wise_and_one_bad_record_sends_it_record_by_record(
+        small: Format, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = [fastavro_bytes({"id": n, "name": None if n % 2 else f"n{n}", "ts": n}) for n in range(100)]
+    reads = count_per_record_reads(monkeypatch)
+
+    whole = small.decode(good)
+    assert (reads[0], whole.indices, whole.failures) == (0, list(range(100)), [])
+    mixed = small.decode([*good[:50], good[50] + b"\x00", *good[51:]])
+    assert reads[0] == 100
+    assert mixed.batch.slice(0, 50).equals(whole.batch.slice(0, 50))
+    assert mixed.batch.slice(50).equals(whole.batch.slice(51))
+    assert [f.index for f in mixed.failures] == [50] and "left over" in mixed.failures[0].reason
 
 
 def test_encode_picks_columns_by_name_and_casts_compatible_types(small: Format) -> None:

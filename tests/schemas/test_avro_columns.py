@@ -1,4 +1,4 @@
-"""Avro encoded column by column (``schemas.avro_columns``) writes exactly the bytes fastavro writes."""
+"""Avro encoded and decoded column by column (``schemas.avro_columns``) is exactly fastavro, or declines."""
 
 from __future__ import annotations
 
@@ -41,6 +41,22 @@ def schemas_and_rows(draw: st.DrawFn) -> tuple[dict[str, Any], list[dict[str, An
         for field in fields}), min_size=1, max_size=40))
     schema = {"type": "record", "name": "R", "fields": [{"name": f["name"], "type": f["type"]} for f in fields]}
     return schema, rows
+
+
+def fastavro_records(schema: dict[str, Any], payloads: list[bytes], start: int = 0) -> list[dict[str, Any]] | None:
+    """Each payload read by fastavro from ``start``, or None if any of them is not exactly one record."""
+    parsed = fastavro.parse_schema(schema)
+    records = []
+    for payload in payloads:
+        buffer = io.BytesIO(payload)
+        buffer.seek(start)
+        try:
+            records.append(fastavro.schemaless_reader(buffer, parsed, None))
+        except Exception:  # noqa: BLE001 - whatever fastavro raises, the payload is not a record
+            return None
+        if buffer.tell() != len(payload):
+            return None
+    return records
 
 
 def fastavro_bytes(schema: dict[str, Any], rows: list[dict[str, Any]], prefix: bytes = b"") -> list[bytes]:
@@ -105,3 +121,99 @@ def test_a_null_where_the_schema_has_none_is_left_to_the_row_by_row_writer() -> 
 
     assert plan is not None
     assert plan.encode(pa.RecordBatch.from_pylist([{"n": 1}, {"n": None}])) is None
+
+
+def arrow_schema_of(schema: dict[str, Any]) -> pa.Schema:
+    return batch_of(schema, []).schema
+
+
+def same_batch(decoded: pa.RecordBatch, schema: dict[str, Any], records: list[dict[str, Any]]) -> bool:
+    """``decoded`` holds exactly ``records`` in the schema's Arrow types (NaN counting as equal to NaN)."""
+    def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()} for row in rows]
+    return decoded.schema == arrow_schema_of(schema) and comparable(decoded.to_pylist()) == comparable(
+        batch_of(schema, records).to_pylist())
+
+
+@settings(max_examples=300, deadline=None)
+@given(schemas_and_rows(), st.binary(max_size=5))
+def test_well_formed_records_are_decoded_to_what_fastavro_reads(
+        case: tuple[dict[str, Any], list[dict[str, Any]]], prefix: bytes) -> None:
+    schema, rows = case
+    plan = plan_for(schema)
+    payloads = fastavro_bytes(schema, rows, prefix)
+    assert plan is not None
+
+    decoded = plan.decode(payloads, arrow_schema_of(schema), prefix)
+
+    assert decoded is not None
+    assert same_batch(decoded, schema, fastavro_records(schema, payloads, len(prefix)) or [])
+
+
+@settings(max_examples=500, deadline=None)
+@given(schemas_and_rows(), st.data())
+def test_a_damaged_batch_is_declined_or_decoded_exactly_as_fastavro_reads_it(
+        case: tuple[dict[str, Any], list[dict[str, Any]]], data: st.DataObject) -> None:
+    """Cutting, extending or overwriting bytes of one payload: either every payload is still exactly one
+    record (and the batch is what fastavro reads), or the plan declines the batch for fastavro to name."""
+    schema, rows = case
+    plan = plan_for(schema)
+    payloads = fastavro_bytes(schema, rows)
+    victim = data.draw(st.integers(0, len(payloads) - 1))
+    damaged = bytearray(payloads[victim])
+    damage = data.draw(st.sampled_from(["cut", "extend", "overwrite"]))
+    if damage == "cut" and damaged:
+        del damaged[data.draw(st.integers(0, len(damaged) - 1)):]
+    elif damage == "extend" or not damaged:
+        damaged += data.draw(st.binary(min_size=1, max_size=4))
+    else:
+        damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    payloads[victim] = bytes(damaged)
+    assert plan is not None
+
+    decoded = plan.decode(payloads, arrow_schema_of(schema))
+    expected = fastavro_records(schema, payloads)
+
+    if decoded is not None:
+        assert expected is not None
+        assert same_batch(decoded, schema, expected)
+
+
+LONG_AND_FRIENDS = {"type": "record", "name": "R", "fields": [
+    {"name": "n", "type": "long"}, {"name": "i", "type": "int"}, {"name": "b", "type": "boolean"},
+    {"name": "s", "type": ["null", "string"]}]}
+GOOD = b"\x02" + b"\x04" + b"\x01" + b"\x02" + b"\x04hi"  # n=1, i=2, b=true, s: branch 1, "hi"
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    (b"\xff" * 10 + b"\x01" + b"\x04\x01\x00", "a varint longer than ten bytes"),
+    (b"\xff" * 9 + b"\x02" + b"\x04\x01\x00", "a ten-byte varint beyond 64 bits"),
+    (b"\x02" + b"\x80\x80\x80\x80\x10" + b"\x01\x00", "an int beyond 32 bits"),
+    (b"\x02\x04\x02\x00", "a boolean that is neither 0 nor 1"),
+    (b"\x02\x04\x01\x04", "a union branch the union does not have"),
+    (b"\x02\x04\x01\x02\x04\xff\xfe", "a string that is not UTF-8"),
+    (b"\x02\x04\x01\x02\x03x", "a negative string length"),
+    (b"\x02\x04\x01\x02\x06hi", "a string running past the payload"),
+    (GOOD + b"\x00", "a byte left after the record"),
+    (GOOD[:2], "a payload ending inside the record"),
+    (b"", "an empty payload"),
+])
+def test_one_malformed_payload_makes_the_plan_decline_the_batch(bad: bytes, why: str) -> None:
+    plan = plan_for(LONG_AND_FRIENDS)
+    schema = arrow_schema_of(LONG_AND_FRIENDS)
+    assert plan is not None and plan.decode([GOOD, GOOD], schema) is not None
+
+    assert plan.decode([GOOD, bad, GOOD], schema) is None, why
+
+
+def test_a_payload_without_the_expected_prefix_makes_the_plan_decline_the_batch() -> None:
+    plan = plan_for(LONG_AND_FRIENDS)
+    schema = arrow_schema_of(LONG_AND_FRIENDS)
+    assert plan is not None and plan.decode([b"\x00\x00\x00\x00\x01" + GOOD], schema, b"\x00\x00\x00\x00\x01")
+
+    assert plan.decode([b"\x00\x00\x00\x00\x02" + GOOD], schema, b"\x00\x00\x00\x00\x01") is None
+    assert plan.decode([b"\x00\x00"], schema, b"\x00\x00\x00\x00\x01") is None
+
+
+def test_a_record_without_fields_has_no_column_plan() -> None:
+    assert plan_for({"type": "record", "name": "Empty", "fields": []}) is None

@@ -17,7 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from schemas import FormatSpec, SchemaError, make_format
 from schemas.base import Format
 from schemas.registry import SchemaNotRegistered
-from tests.helpers.schema_samples import ALL_TYPES_AVSC, all_types_rows
+from tests.helpers.schema_samples import ALL_TYPES_AVSC, all_types_rows, count_per_record_reads
 
 if TYPE_CHECKING:  # imported by pytest as the plugin below; importing it here first would skip assert rewriting
     from tests.helpers.schema_registry import FakeSchemaRegistry
@@ -161,6 +161,18 @@ def test_good_rows_survive_beside_every_kind_of_bad_one(schema_dir: Path) -> Non
     assert decoded.indices == [0, 2, 6]
     assert decoded.batch.column("id").to_pylist() == [0, 1, 2]
     assert [f.index for f in decoded.failures] == [1, 3, 4, 5]
+
+
+def test_a_batch_all_of_the_reader_schema_id_is_read_column_wise_and_any_other_id_sends_it_record_by_record(
+        schema_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fmt = make_format(FormatSpec("avro-confluent", schema_dir=schema_dir, schema_id=1))
+    v1 = [framed(1, USER_V1, {"id": n, "name": f"u{n}"}) for n in range(10)]
+    reads = count_per_record_reads(monkeypatch)
+
+    whole = fmt.decode(v1)
+    assert (reads[0], whole.batch.column("id").to_pylist(), whole.failures) == (0, list(range(10)), [])
+    mixed = fmt.decode([*v1[:9], framed(2, USER_V2, {"id": 9, "name": "u9", "email": None})])
+    assert reads[0] == 10 and mixed.batch.equals(whole.batch) and mixed.failures == []
 
 
 def test_encode_writes_magic_byte_and_schema_id_readable_by_fastavro(registry: FakeSchemaRegistry) -> None:
