@@ -195,6 +195,7 @@ class StreamingCoordinator:
         self._controls: list[ControlMessage] = []
         self._paused = False
         self._dirty = False
+        self._handed_out = False  # a cycle of this run has had records or output
         self._turn = 0
         self._committed_cuts: dict[str, SourceCheckpoint] = {}
         self.checkpoints_committed = 0
@@ -232,7 +233,7 @@ class StreamingCoordinator:
                     self._dirty = True  # past trailing transaction markers: the group must see that too
                 at_end = ends is not None and not polled and self.callback.input_ended(ends)
                 committed = True
-                if self.stop.requested or at_end or self._clock() >= next_checkpoint:
+                if self.stop.requested or at_end or self._clock() >= next_checkpoint or self._first_epoch_has_output():
                     committed = self.checkpoint()
                     next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
                 # At the end only a committed epoch counts: an abandoned one was rewound and is read again.
@@ -263,6 +264,7 @@ class StreamingCoordinator:
         self.callback.write_to_sinks(results)
         if batches or (results is not None and results.num_rows):
             self._dirty = True
+            self._handed_out = True
         events = sum(batch.batch.num_rows for batch in batches)
         self.callback.record_cycle(events, len(batches), time.perf_counter_ns() - started)
         return len(batches)
@@ -314,6 +316,14 @@ class StreamingCoordinator:
         self._committed_cuts = cuts
         self.checkpoints_committed += 1
         return True
+
+    def _first_epoch_has_output(self) -> bool:
+        """The run's first epoch commits as soon as a cycle has had records, not at the end of the interval:
+        a user sees the first output (and the group's first committed offsets) a moment after start, and a
+        short run does not wait out a whole interval. It is one more small transaction per run; an epoch
+        that was abandoned first means trouble, so after one the interval rules again."""
+        return (self._dirty and self._handed_out
+                and self.checkpoints_committed + self.checkpoints_abandoned == 0)
 
     def _moved_since_commit(self) -> bool:
         """A source's position moved without handing out a record (over transaction markers): its offsets

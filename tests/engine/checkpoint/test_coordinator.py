@@ -220,6 +220,25 @@ def test_sources_take_turns_one_per_cycle_and_barriers_cut_both_at_what_they_han
     assert callback.epoch_output == [3, 11, 12]
 
 
+def cut_offsets(callback: FakeCallback) -> list[int]:
+    return [cuts["a"].offsets[0] for _, cuts in callback.checkpoints]
+
+
+def test_the_first_epoch_commits_as_soon_as_it_holds_a_record_and_later_ones_wait_for_the_interval() -> None:
+    callback = FakeCallback([FakeSource("a", [[1], [2], [3]])])
+    _coordinator(callback).run()  # an interval of an hour: only the end would commit without the rule
+    assert cut_offsets(callback) == [1, 3]
+    assert callback.committed == [1, 2, 3]
+
+
+def test_after_an_abandoned_first_epoch_the_interval_rules_again() -> None:
+    callback = FakeCallback([FakeSource("a", [[1], [2], [3]])])
+    callback.fail_checkpoints = 1
+    _coordinator(callback).run()
+    assert cut_offsets(callback) == [1, 3]  # the first (abandoned) at one record, the next at the end
+    assert callback.committed == [1, 2, 3]
+
+
 def test_abandoned_checkpoint_rewinds_sources_and_burns_its_id() -> None:
     source = FakeSource("a", [[1, 2], [3]])
     callback = FakeCallback([source])
@@ -260,7 +279,7 @@ def test_cycle_failure_in_exactly_once_rewinds_and_a_repeat_halts() -> None:
     with pytest.raises(PipelineHalted, match="poison"):
         _coordinator(callback).run()
     assert [reason for _, reason in callback.abandoned] == ["operator failed on 66"] * 2
-    assert callback.committed == []
+    assert callback.committed == [1]  # the first epoch, committed at its first record; nothing after it
     assert callback.calls[-1] == "close_sinks"
 
 
