@@ -15,11 +15,12 @@ import sys
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 import orjson
-from rich.console import Console
-from rich.logging import RichHandler
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 LogFormat = Literal["auto", "text", "json"]
 
@@ -107,7 +108,10 @@ def _text(value: object) -> str:
 
 @cache
 def terminal_console() -> Console:
-    """The one stderr console that text logs and progress bars share."""
+    """The one stderr console that text logs and progress bars share (rich is only imported for a terminal:
+    a worker logging JSON starts without it)."""
+    from rich.console import Console
+
     return Console(stderr=True)
 
 
@@ -141,6 +145,8 @@ def configure_logging(level: str = "INFO", log_format: LogFormat = "auto") -> Li
     chosen = chosen_format(log_format)
     handler: logging.Handler
     if chosen == "text":
+        from rich.logging import RichHandler
+
         handler = RichHandler(console=terminal_console(), show_path=False, markup=False, rich_tracebacks=False,
                               log_time_format="%H:%M:%S")
         handler.setFormatter(TextFormatter())

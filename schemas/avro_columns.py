@@ -28,14 +28,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.avro_arrow import AvroSchema
+
+if TYPE_CHECKING:  # annotations only
+    import numpy.typing as npt
+
+    Positions = npt.NDArray[np.int64]
+    Rows = slice | npt.NDArray[np.intp]  # which rows of the batch a read is for: all (a slice), or these
 
 _ARROW_OF_PRIMITIVE = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
                        "double": pa.float64(), "string": pa.string(), "bytes": pa.binary()}
@@ -52,9 +57,6 @@ _BRANCH = tuple(pa.scalar(bytes([byte]), pa.binary()) for byte in _BRANCH_BYTE)
 _NUMPY_OF_FIXED: dict[str, np.dtype[Any]] = {"float": np.dtype("<f4"), "double": np.dtype("<f8")}
 _INT32 = (-(2**31), 2**31 - 1)
 _MAX_OFFSET = 2**31 - 1  # the int32 offsets of Arrow's string and binary arrays
-
-Positions = npt.NDArray[np.int64]
-Rows = slice | npt.NDArray[np.intp]  # which rows of the batch a read is for: all (a slice), or these
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from engine.checkpoint import RunOptions, bootstrap_from, run_connector
 from engine.cli.common import CommandFailed, add_bootstrap_argument, crash_point
-from engine.cli.progress import stop_at_end_progress
 from engine.config import load_config
 from engine.validation import validate_offline, validate_online
 from engine.worker.child import die_with_parent
@@ -22,6 +21,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.stop_at_end or args.log_mode != "text":
         run_connector(config, options)
         return 0
+    from engine.cli.progress import stop_at_end_progress  # rich's progress bars: on a terminal only
+
     with stop_at_end_progress(enabled=True) as progress:
         run_connector(config, replace(options, progress=progress))
     return 0

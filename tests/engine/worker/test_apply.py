@@ -3,7 +3,6 @@ unchanged) against what the worker runs, with schema files inlined and secrets c
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import threading
@@ -17,7 +16,6 @@ import pytest
 import yaml
 
 import engine.cli
-from engine.cli import connectors
 from engine.config import ConfigError
 from engine.worker.apply import ApplyPlan, desired_configs, diff_text, plan, redact
 
@@ -263,24 +261,6 @@ def worker() -> Iterator[StandInWorker]:
         server.shutdown()
         server.server_close()
         thread.join()
-
-
-@pytest.fixture(autouse=True)
-def connectors_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``epochline connectors`` in the parser even before ``engine.cli`` registers the group itself."""
-    original = engine.cli.build_parser
-    parser = original()
-    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
-    if "connectors" in commands.choices:
-        return
-
-    def with_connectors() -> argparse.ArgumentParser:
-        built = original()
-        connectors.add_commands(next(action for action in built._actions
-                                     if isinstance(action, argparse._SubParsersAction)))
-        return built
-
-    monkeypatch.setattr(engine.cli, "build_parser", with_connectors)
 
 
 def worker_info(config: dict[str, Any]) -> dict[str, Any]:
