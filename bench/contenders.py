@@ -19,7 +19,7 @@ from typing import Protocol
 import yaml
 
 from bench import kafka_streams
-from bench.workload import FORMATS, SQL
+from bench.workload import FORMATS, INPUT_SCHEMA, OUTPUT_SCHEMA, SCHEMA_IDS, SQL, schemas_by_id
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -88,10 +88,10 @@ class Epochline:
     def config(self, job: JobSpec) -> dict:
         return {
             "name": job.name,
-            "source": {"topic": job.input_topic, "format": job.format, "schema": str(job.input_schema)},
+            "source": {"topic": job.input_topic, **_format_config(job, job.input_schema, INPUT_SCHEMA)},
             "transform": {"sql": SQL},
-            "sink": {"topic": job.output_topic, "format": job.format, "delivery": self.delivery,
-                     "schema": str(job.output_schema), "producer": dict(job.producer)},
+            "sink": {"topic": job.output_topic, **_format_config(job, job.output_schema, OUTPUT_SCHEMA),
+                     "delivery": self.delivery, "producer": dict(job.producer)},
             "dead_letter": {"topic": job.dead_letter_topic},
             "checkpoint": {"interval": "1s", "dir": str(job.workdir / "state")},
         }
@@ -105,6 +105,15 @@ class Epochline:
         return command + (["--stop-at-end"] if job.bounded else [])
 
 
+def _format_config(job: JobSpec, schema_file: Path, schema: dict) -> dict:
+    """The format keys of a source or sink: the ``.avsc`` file, or for avro-confluent the directory of
+    schemas by id and the id this side's records carry."""
+    if job.format == "avro-confluent":
+        return {"format": job.format, "schema_dir": str(schemas_by_id(schema_file.parent)),
+                "schema_id": SCHEMA_IDS[schema["name"]]}
+    return {"format": job.format, "schema": str(schema_file)}
+
+
 @dataclass(frozen=True)
 class QuixStreams:
     """Quix Streams, ``processing_guarantee="exactly-once"``, ``commit_interval=1.0`` (bench/quix_job.py)."""
@@ -112,7 +121,7 @@ class QuixStreams:
     name: str = "quix-eos"
     transforms: bool = True
     runs_live: bool = True
-    formats: tuple[str, ...] = FORMATS
+    formats: tuple[str, ...] = ("json", "avro")  # its Confluent Avro serializers need a Schema Registry
     note: str = "Quix Streams exactly-once, per-record transform, commit_interval 1 s"
 
     def unavailable_reason(self) -> str | None:

@@ -46,7 +46,7 @@ from rich.table import Table
 from bench.contenders import Epochline, JobSpec
 from bench.measure import ChildProcess, ContenderFailed, CpuWindow, OutputTailer, read_committed_ids, verify_ids
 from bench.report import FAILED, OK, machine
-from bench.run import RESULTS_DIR, Bench, broker, versions
+from bench.run import RESULTS_DIR, Bench, broker, byte_compile_project, versions
 from bench.workload import FORMATS, INPUT_PRODUCER_CONFIG, SQL, Workload, generate_input
 from connectors.admin import TopicAdminError, end_offsets
 from engine.logs import configure_logging
@@ -317,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"epochline: {reason}", file=sys.stderr)
         return 2
+    byte_compile_project()
     load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="epochline-scale-out-"))
     results: list[ScaleResult] = []

@@ -31,8 +31,9 @@ from bench.measure import (
     verify_ids,
 )
 from bench.report import FAILED, NOT_AVAILABLE, OK, Result, render_table, write_json
-from bench.run import Bench, parse_args
+from bench.run import Bench, byte_compile_project, parse_args
 from bench.workload import (
+    FORMATS,
     INPUT_SCHEMA,
     NEGATIVE_SHARE,
     OUTPUT_SCHEMA,
@@ -43,6 +44,7 @@ from bench.workload import (
     make_record,
     new_producer,
     produce_paced,
+    write_schema_files,
 )
 from connectors.admin import create_topic
 from engine.testing.local_broker import KAFKA_VERSION
@@ -75,11 +77,17 @@ def test_about_a_tenth_of_the_input_is_filtered_out() -> None:
     assert abs(negative / 20_000 - NEGATIVE_SHARE) < 0.01
 
 
-@pytest.mark.parametrize("format_name", ["json", "avro"])
+@pytest.mark.parametrize("format_name", FORMATS)
 def test_input_rows_round_trip_through_their_codec(format_name: str) -> None:
     row = make_record(42, random.Random(3))
     input_codec = codec(format_name, INPUT_SCHEMA)
     assert input_codec.decode(input_codec.encode(row))["id"] == 42
+
+
+def test_confluent_framed_avro_is_the_schemaless_body_after_the_magic_byte_and_the_schemas_id() -> None:
+    row = make_record(42, random.Random(3))
+    framed, bare = codec("avro-confluent", INPUT_SCHEMA).encode(row), codec("avro", INPUT_SCHEMA).encode(row)
+    assert framed == b"\x00\x00\x00\x00\x01" + bare
 
 
 def test_output_ids_are_read_with_the_output_schema() -> None:
@@ -220,6 +228,28 @@ def test_a_live_run_times_the_probe_records_and_the_start_up_to_the_first_output
     assert 0.05 < latency.first_output_s < 60, "a Python process needs more than 50 ms to put out a record"
 
 
+@pytest.mark.timeout(180)
+def test_epochline_copies_confluent_framed_avro_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The avro-confluent contender end to end: framed input in, framed output with the output's id out."""
+    prefix = f"bench-test-{uuid.uuid4().hex[:8]}"
+    input_topic, output_topic = f"{prefix}-in", f"{prefix}-out"
+    for topic in (input_topic, output_topic, f"{prefix}-dlq"):
+        create_topic(kafka_bootstrap, topic, 4)
+    workload = generate_input(kafka_bootstrap, input_topic, 2_000, "avro-confluent")
+    input_schema, output_schema = write_schema_files(tmp_path / "avro-schemas")
+    job = JobSpec(kafka_bootstrap, input_topic, output_topic, f"{prefix}-dlq", "avro-confluent", prefix,
+                  tmp_path / "job", input_schema, output_schema, expected_outputs=len(workload.expected_ids),
+                  bounded=True)
+    job.workdir.mkdir()
+
+    run_to_completion(Epochline("epochline-eos", "exactly-once"), job, timeout=120)
+    values = read_committed_ids(kafka_bootstrap, output_topic, bytes)
+
+    assert {value[:5] for value in values} == {b"\x00\x00\x00\x00\x02"}
+    decode = codec("avro-confluent", OUTPUT_SCHEMA).decode
+    assert verify_ids([decode(value)["id"] for value in values], workload.expected_ids).ok
+
+
 @pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
 def test_the_epochline_contender_writes_a_config_epochline_accepts(delivery: str, tmp_path: Path) -> None:
     config_module = pytest.importorskip("engine.config")
@@ -239,6 +269,18 @@ def test_a_profiled_epochline_run_is_wrapped_in_pyinstrument(tmp_path: Path) -> 
     command = Epochline("epochline-eos", "exactly-once").command(job)
     assert command[1:8] == ["-m", "pyinstrument", "-r", "html", "-o", str(tmp_path / "p.html"), "-m"]
     assert command[8:10] == ["engine.cli", "run"]
+
+
+def test_the_projects_modules_are_byte_compiled_before_the_contenders_start() -> None:
+    """So a contender's start-up is an installed package's, not a compile of every module."""
+    import importlib.util
+
+    cached = Path(importlib.util.cache_from_source(str(REPO / "engine" / "ports.py")))
+    cached.unlink(missing_ok=True)
+
+    byte_compile_project()
+
+    assert cached.is_file()
 
 
 def test_json_timestamps_use_epochlines_wire_form() -> None:

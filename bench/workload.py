@@ -1,5 +1,9 @@
 """The benchmark's input: deterministic records, their JSON and Avro encodings, and the expected output.
 
+Avro comes schemaless (``avro``) or in the Confluent wire format (``avro-confluent``: magic byte 0 and the
+schema's id in ``SCHEMA_IDS`` before each body, the schemas in a ``by-id/<id>.avsc`` directory, as a
+Schema Registry would hand them out).
+
 Every contender runs the same job (drop rows with ``amount < 0``, keep ``id, user, amount * 2 AS amount2,
 ts``), so the expected output is known from the generator alone: the ids of the rows with a non-negative
 amount, each exactly once. The copy contenders (raw-eos, kcat) are expected to reproduce every input id.
@@ -26,7 +30,7 @@ from sinks.produce import ANY_PARTITION
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("json", "avro")
+FORMATS = ("json", "avro", "avro-confluent")
 NEGATIVE_SHARE = 0.10  # the share of rows the filter drops
 BASE_TS_MS = 1_764_000_000_000
 COUNTRIES = ("DE", "FR", "US", "GB", "JP", "BR", "IN", "NL", "ES", "IT")
@@ -59,6 +63,9 @@ OUTPUT_SCHEMA: dict = {
         {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     ],
 }
+
+SCHEMA_IDS = {"Order": 1, "OrderOut": 2}
+"""The ids the avro-confluent input and output are framed with (by record name)."""
 
 # Producer settings for the input: large batches, short linger, no compression, so that no contender
 # pays for decompression and the kcat copy moves the bytes exactly as they were written.
@@ -112,32 +119,45 @@ def _json_encode(row: dict) -> bytes:
 
 
 def codec(format_name: str, schema: dict) -> Codec:
-    """JSON (orjson; ``ts`` as an RFC 3339 string, since JSON has no timestamp) or schemaless Avro
-    (fastavro; ``ts`` as timestamp-millis) bound to ``schema``."""
+    """JSON (orjson; ``ts`` as an RFC 3339 string, since JSON has no timestamp), schemaless Avro (fastavro;
+    ``ts`` as timestamp-millis) or the same Avro after the Confluent header of ``schema``'s id, bound to
+    ``schema``."""
     if format_name == "json":
         return Codec("json", _json_encode, orjson.loads)
-    if format_name != "avro":
+    if format_name not in FORMATS:
         raise ValueError(f"unknown benchmark format {format_name!r}; expected one of {FORMATS}")
     parsed = fastavro.parse_schema(schema)
+    header = b"\x00" + SCHEMA_IDS[schema["name"]].to_bytes(4, "big") if format_name == "avro-confluent" else b""
 
     def encode(row: dict) -> bytes:
-        out = io.BytesIO()
+        out = io.BytesIO(header)
+        out.seek(len(header))
         fastavro.schemaless_writer(out, parsed, row)
         return out.getvalue()
 
     def decode(value: bytes) -> dict:
-        return fastavro.schemaless_reader(io.BytesIO(value), parsed, None)
+        body = io.BytesIO(value)
+        body.seek(len(header))
+        return fastavro.schemaless_reader(body, parsed, None)
 
-    return Codec("avro", encode, decode)
+    return Codec(format_name, encode, decode)
 
 
 def write_schema_files(directory: Path) -> tuple[Path, Path]:
-    """The input and output ``.avsc`` files that the epochline and Quix contenders are configured with."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """The input and output ``.avsc`` files that the epochline and Quix contenders are configured with, and
+    beside them ``by-id/<id>.avsc`` (``schemas_by_id``) for the avro-confluent format."""
+    by_id = schemas_by_id(directory)
+    by_id.mkdir(parents=True, exist_ok=True)
     input_path, output_path = directory / "input.avsc", directory / "output.avsc"
-    input_path.write_text(json.dumps(INPUT_SCHEMA, indent=2))
-    output_path.write_text(json.dumps(OUTPUT_SCHEMA, indent=2))
+    for schema, path in ((INPUT_SCHEMA, input_path), (OUTPUT_SCHEMA, output_path)):
+        text = json.dumps(schema, indent=2)
+        path.write_text(text)
+        (by_id / f"{SCHEMA_IDS[schema['name']]}.avsc").write_text(text)
     return input_path, output_path
+
+
+def schemas_by_id(directory: Path) -> Path:
+    return directory / "by-id"
 
 
 @dataclass
