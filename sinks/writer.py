@@ -205,9 +205,9 @@ class KafkaWriter:
         Waits in half-second slices, so a signal's handler runs while records are in flight (a second stop
         signal stops at once even when the broker is gone)."""
         deadline = time.monotonic() + timeout
-        remaining = self.producer.flush(min(FLUSH_SLICE_S, timeout))
+        remaining = self._flush_slice(min(FLUSH_SLICE_S, timeout))
         while remaining and time.monotonic() < deadline:
-            remaining = self.producer.flush(min(FLUSH_SLICE_S, max(0.0, deadline - time.monotonic())))
+            remaining = self._flush_slice(min(FLUSH_SLICE_S, max(0.0, deadline - time.monotonic())))
         if self._not_authorized is not None:
             raise self._not_authorized
         if remaining:
@@ -215,6 +215,19 @@ class KafkaWriter:
         if self._failed:
             failed, self._failed = self._failed, []
             raise EpochAborted(f"{len(failed)} records failed delivery, e.g. {failed[0]}")
+
+    def _flush_slice(self, timeout: float) -> int:
+        """One ``flush``; a fatal error raised inside it (fenced while records were in flight) is the sink
+        error it stands for. confluent-kafka 2.x raises that error from ``flush``; when a delivery callback
+        then runs with the exception pending, Python reports a SystemError caused by it instead."""
+        try:
+            return self.producer.flush(timeout)
+        except KafkaException as exc:
+            raise self._produce_failure(exc, f"flushing records to {self.settings.topic!r}") from exc
+        except SystemError as exc:
+            if not isinstance(exc.__cause__, KafkaException):
+                raise
+            raise self._produce_failure(exc.__cause__, f"flushing records to {self.settings.topic!r}") from exc
 
     def is_backpressured(self) -> bool:
         return len(self.producer) > self.settings.max_queued_messages // 2

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.admin import create_topic
 from connectors.dead_letter import DeadLetter
@@ -102,6 +102,47 @@ def test_a_newer_instance_fences_the_older_one(kafka_bootstrap: str, unique_topi
         old.commit_epoch([OffsetCommit([], metadata)])
     new.close()
     assert read_values(kafka_bootstrap, unique_topic) == []
+
+
+class FlushRaising:
+    """A producer fenced while records are in flight: ``flush`` raises, as confluent-kafka 2.x does."""
+
+    def __init__(self, raised: BaseException) -> None:
+        self.raised = raised
+
+    def flush(self, timeout: float) -> int:
+        raise self.raised
+
+    def abort_transaction(self, timeout: float) -> None:  # how the sink asks which fatal error it was
+        raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+
+
+def raised_with_cause(error: BaseException, cause: BaseException) -> BaseException:
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize("raised", [
+    KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True)),
+    raised_with_cause(SystemError("<built-in method flush> returned a result with an exception set"),
+                      KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))),
+])
+def test_a_fatal_error_raised_by_flush_is_the_error_it_stands_for(raised: BaseException) -> None:
+    sink = TransactionalKafkaSink(SinkSettings(topic="out", transactional_id="tx", group_id="g"), "127.0.0.1:9",
+                                  make_format(FormatSpec("json")))
+    sink.producer = FlushRaising(raised)  # type: ignore[assignment]
+
+    with pytest.raises(ProducerFenced, match="fenced by a newer instance"):
+        sink.flush(1.0)
+
+
+def test_a_system_error_without_a_kafka_cause_is_not_mistaken_for_one() -> None:
+    sink = TransactionalKafkaSink(SinkSettings(topic="out", transactional_id="tx", group_id="g"), "127.0.0.1:9",
+                                  make_format(FormatSpec("json")))
+    sink.producer = FlushRaising(SystemError("something else"))  # type: ignore[assignment]
+
+    with pytest.raises(SystemError, match="something else"):
+        sink.flush(1.0)
 
 
 @pytest.mark.parametrize("error, expected", [
