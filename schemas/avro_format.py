@@ -1,7 +1,7 @@
 """Plain Avro: every message value is one schemaless Avro record written with a known ``.avsc`` schema.
 
 A record of primitive fields is decoded for the whole batch column by column (``schemas.avro_columns``,
-13x faster on the benchmark's records, measured). When a payload of the batch is not exactly such a record,
+7x faster on the benchmark's records, measured). When a payload of the batch is not exactly such a record,
 or the schema has other fields, the batch is decoded per record in fastavro (its Cython reader) into plain
 dicts, read with a *physical* copy of the schema: timestamps, dates and times stay integers and decimals
 stay bytes, so fastavro creates no datetime/Decimal/UUID objects (3x faster than decoding with logical
