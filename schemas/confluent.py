@@ -20,9 +20,10 @@ and must not send every record to the dead-letter topic.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -147,13 +148,14 @@ class ConfluentAvroFormat:
         return self._reader.arrow_schema if self._reader is not None else None
 
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
-        if (whole := self._read_columns(payloads)) is not None:
+        writer_or_reason = functools.cache(self._writer_or_reason)  # an unknown id is looked up once per batch
+        if (whole := self._read_columns(payloads, writer_or_reason)) is not None:
             return whole
         records: list[dict[str, Any]] = []
         indices: list[int] = []
         failures: list[DecodeFailure] = []
         suspects = varint_suspects(payloads)
-        for index, payload, schema_id, writer in framed(payloads, self._writer_or_reason):
+        for index, payload, schema_id, writer in framed(payloads, writer_or_reason):
             problem = writer if isinstance(writer, str) else self._read_into(
                 records, payload, schema_id, writer, exact=index in suspects)
             if problem is None:
@@ -185,13 +187,14 @@ class ConfluentAvroFormat:
                  extra={"schema_id": schema_id, "subject": self._registration.subject(record_name)})
         return wire_header("AVRO", schema_id), codec
 
-    def _read_columns(self, payloads: Sequence[bytes | None]) -> Decoded | None:
+    def _read_columns(self, payloads: Sequence[bytes | None],
+                      writer_or_reason: Callable[[int], _Writer | str]) -> Decoded | None:
         """The batch decoded column-wise when the first payload's schema id is the reader schema (see
         ``AvroCodec.read_columns``, which checks that every payload has that same header); else None."""
         first = payloads[0] if payloads else None
         if first is None or header_problem(first) is not None:
             return None
-        writer = self._writer_or_reason(schema_id_of(first))
+        writer = writer_or_reason(schema_id_of(first))
         if isinstance(writer, str) or writer.parsed is not None:
             return None
         assert self._reader is not None  # chosen by _writer at the latest

@@ -128,6 +128,16 @@ def test_unknown_schema_id_is_a_failure_naming_the_id(registry: FakeSchemaRegist
         assert "unknown schema id 99" in decoded.failures[0].reason
 
 
+def test_an_unknown_schema_id_is_asked_for_once_per_batch(registry: FakeSchemaRegistry) -> None:
+    fmt = make_format(FormatSpec("avro-confluent", registry_url=registry.url, schema_id=1))
+    unknown = framed(99, USER_V1, {"id": 1, "name": "x"})
+
+    decoded = fmt.decode([unknown, framed(1, USER_V1, {"id": 2, "name": "y"}), unknown])
+
+    assert [f.index for f in decoded.failures] == [0, 2]
+    assert registry.requests.count("GET /schemas/ids/99") == 1
+
+
 def test_too_short_payload_is_a_failure(schema_dir: Path) -> None:
     fmt = make_format(FormatSpec("avro-confluent", schema_dir=schema_dir, schema_id=1))
     assert "too short for Confluent wire format: 3 byte(s)" in fmt.decode([b"\x00\x00\x00"]).failures[0].reason
