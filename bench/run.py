@@ -21,6 +21,7 @@ import compileall
 import contextlib
 import logging
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,12 +94,26 @@ def byte_compile_project() -> None:
 @contextlib.contextmanager
 def broker(bootstrap: str | None) -> Iterator[tuple[str, int | None]]:
     """(bootstrap, broker PID): the given address (its PID unknown, so its CPU is not measured), or a private
-    local broker that is stopped (by its API) afterwards."""
+    local broker that is stopped (by its API) afterwards, also when the harness is sent SIGTERM (by
+    ``timeout``, say): Python's default for it would exit without cleaning up and leave the JVM running."""
     if bootstrap:
         yield bootstrap, None
         return
-    with private_broker() as state:
+    with private_broker() as state, exit_on_sigterm():
         yield state.bootstrap, state.pid
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises SystemExit (exit status 143), so enclosing cleanup runs."""
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

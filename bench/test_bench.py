@@ -31,7 +31,7 @@ from bench.measure import (
     verify_ids,
 )
 from bench.report import FAILED, NOT_AVAILABLE, OK, Result, render_table, write_json
-from bench.run import Bench, byte_compile_project, parse_args
+from bench.run import Bench, byte_compile_project, exit_on_sigterm, parse_args
 from bench.workload import (
     FORMATS,
     INPUT_SCHEMA,
@@ -269,6 +269,21 @@ def test_a_profiled_epochline_run_is_wrapped_in_pyinstrument(tmp_path: Path) -> 
     command = Epochline("epochline-eos", "exactly-once").command(job)
     assert command[1:8] == ["-m", "pyinstrument", "-r", "html", "-o", str(tmp_path / "p.html"), "-m"]
     assert command[8:10] == ["engine.cli", "run"]
+
+
+def test_sigterm_exits_through_the_cleanup_that_stops_the_private_broker() -> None:
+    import signal
+
+    cleaned = []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_:
+        try:
+            with exit_on_sigterm():
+                os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            cleaned.append(True)
+
+    assert (exit_.value.code, cleaned, signal.getsignal(signal.SIGTERM)) == (143, [True], before)
 
 
 def test_the_projects_modules_are_byte_compiled_before_the_contenders_start() -> None:
