@@ -200,7 +200,7 @@ class _Reader:
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
         if total > _MAX_OFFSET:
-            raise _Malformed  # more than one Arrow string array holds; fastavro's path chunks it
+            raise _Malformed  # beyond the 32-bit offsets of one Arrow string array: left to the per-record path
         gathered = self.data[np.repeat(at - offsets[:-1], lengths) + np.arange(total)]
         self.at[rows] = at + lengths
         array = pa.Array.from_buffers(arrow_type, len(lengths),
