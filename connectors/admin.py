@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,9 @@ class KafkaUnreachable(TopicAdminError):
     """Kafka did not answer within the connect timeout, or refused the client (authentication, TLS)."""
 
 
+_ANSWER_GRACE_S = 0.5
+"""How long past its request timeout a DescribeCluster future may take to resolve (its callback runs on a
+librdkafka thread)."""
 _PERMANENT_CONNECT_ERRORS = {KafkaError._AUTHENTICATION: "authentication failed", KafkaError._SSL: "TLS failed"}
 _CONNECT_ERRORS = {
     KafkaError._RESOLVE: "DNS lookup failed",
@@ -70,19 +74,26 @@ def describe_connect_error(error: KafkaError) -> str:
 
 def check_connection(bootstrap: str, client_config: ClientConfig | None = None, timeout: float = 30.0,
                      interrupted: Callable[[], bool] = lambda: False) -> None:
-    """Return once Kafka at ``bootstrap`` answers a metadata request; else ``KafkaUnreachable`` with one line
-    naming the address and what failed, at the latest after ``timeout`` seconds, and at once when the broker
-    refuses the client (authentication, TLS): those do not heal by waiting. ``interrupted`` is polled about
+    """Return once Kafka at ``bootstrap`` answers a DescribeCluster request (a few bytes, where a metadata
+    request lists every topic of the cluster: 50-100 ms of a connector's start here, more on a big cluster);
+    else ``KafkaUnreachable`` with one line naming the address and what failed, at the latest after
+    ``timeout`` seconds, and at once when the broker refuses the client (authentication, TLS): those do not
+    heal by waiting. ``interrupted`` is polled about
     every half second (a stop signal ends the wait, raising ``KafkaUnreachable`` too)."""
     errors: list[KafkaError] = []
     admin = _admin_client(bootstrap, client_config, error_cb=errors.append)
     deadline = time.monotonic() + timeout
     while True:
+        wait = max(0.1, min(0.5, deadline - time.monotonic()))
         try:
-            admin.list_topics(timeout=max(0.1, min(0.5, deadline - time.monotonic())))
+            admin.describe_cluster(request_timeout=wait).result(timeout=wait + _ANSWER_GRACE_S)
             return
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._UNSUPPORTED_FEATURE:
+                return  # a broker older than DescribeCluster (Kafka 2.8) has answered all the same
             errors.append(exc.args[0])
+        except FutureTimeout:
+            errors.append(KafkaError(KafkaError._TIMED_OUT, f"no answer to DescribeCluster within {wait:.1f}s"))
         admin.poll(0)  # serves error_cb: the specific cause (refused, DNS, authentication) comes from there
         refused = [e for e in errors if e.code() in _PERMANENT_CONNECT_ERRORS]
         if refused:
