@@ -255,18 +255,21 @@ def test_a_transaction_left_open_ends_the_read_at_the_timeout_naming_both_offset
     topic = changelog(kafka_bootstrap)
     writer = StateWriter(kafka_bootstrap, topic)
     writer.epoch({0: b"state-1"}, 1)
-    writer.producer.begin_transaction()
-    writer.producer.produce(topic, b"open", STATE_KEY, 0)
-    assert writer.producer.flush(TIMEOUT) == 0
-    started = time.monotonic()
-    try:
-        expected = rf"{topic}' partition 0 .*transaction is still open.*offset 2, high watermark 3"
-        with ChangelogReader(kafka_bootstrap, {}, timeout=2.0) as impatient, \
-                pytest.raises(ChangelogTimeout, match=expected):
-            impatient.latest(topic, 0)
-    finally:
-        writer.producer.abort_transaction(TIMEOUT)
-    assert time.monotonic() - started < 10
+    with ChangelogReader(kafka_bootstrap, {}, timeout=2.0) as impatient:
+        # Connected first (both of its consumers), so that the 2 s go to the open transaction, not to a cold
+        # start on a loaded machine, which alone may take them and end the read at "offsets not available".
+        assert impatient.read(topic, 0).waited == 0.0
+        writer.producer.begin_transaction()
+        writer.producer.produce(topic, b"open", STATE_KEY, 0)
+        assert writer.producer.flush(TIMEOUT) == 0
+        started = time.monotonic()
+        try:
+            expected = rf"{topic}' partition 0 .*transaction is still open.*offset 2, high watermark 3"
+            with pytest.raises(ChangelogTimeout, match=expected):
+                impatient.latest(topic, 0)
+        finally:
+            writer.producer.abort_transaction(TIMEOUT)
+        assert time.monotonic() - started < 10
 
 
 def test_a_1_mib_state_is_restored_by_reading_only_the_last_one(
