@@ -24,6 +24,7 @@ from confluent_kafka import (
 )
 
 from connectors.admin import committed_offsets, watermark_offsets
+from connectors.source import FETCH_DEFAULTS
 from sinks import produce_waiting
 
 
@@ -70,6 +71,7 @@ def copy(args: argparse.Namespace) -> None:
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "enable.auto.commit": False,
         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+        **FETCH_DEFAULTS,  # the same fetch sizes as epochline's sources: the ceiling is not held back by them
     })
     producer = Producer({
         "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id, "linger.ms": 5,

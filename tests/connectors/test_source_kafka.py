@@ -13,6 +13,7 @@ from connectors.admin import create_topic, end_offsets
 from connectors.checkpoint import SourceCheckpoint
 from connectors.metadata import METADATA_COLUMNS
 from connectors.source import (
+    FETCH_DEFAULTS,
     KafkaSource,
     SourceBatch,
     SourceError,
@@ -303,6 +304,16 @@ def test_checkpoint_of_another_topic_is_refused(kafka_bootstrap: str, unique_top
 def test_invalid_settings_are_refused_naming_the_field(overrides: dict[str, object], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         raw_settings("t", **overrides)
+
+
+def test_fetches_are_large_by_default_and_the_user_s_consumer_settings_win() -> None:
+    default = KafkaSource(raw_settings("t"), "127.0.0.1:1", "g").consumer_config()
+    assert {key: default[key] for key in FETCH_DEFAULTS} == FETCH_DEFAULTS
+    assert int(FETCH_DEFAULTS["max.partition.fetch.bytes"]) > 1 << 20  # librdkafka's own default: 1 MiB
+    chosen = KafkaSource(raw_settings("t", consumer_config={"max.partition.fetch.bytes": "1048576"}),
+                         "127.0.0.1:1", "g").consumer_config()
+    assert chosen["max.partition.fetch.bytes"] == "1048576"
+    assert chosen["isolation.level"] == "read_committed"
 
 
 def test_consumer_config_cannot_break_exactly_once_reading() -> None:
