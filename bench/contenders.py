@@ -44,6 +44,7 @@ class JobSpec:
     bounded: bool  # True: stop after the input present at start; False: run until SIGTERM
     profile_to: Path | None = None  # epochline only: write a pyinstrument HTML profile of the run here
     producer: dict[str, str] = field(default_factory=dict)  # epochline only: sink.producer settings
+    consumer: dict[str, str] = field(default_factory=dict)  # epochline only: source.consumer settings
 
 
 class Contender(Protocol):
@@ -88,7 +89,8 @@ class Epochline:
     def config(self, job: JobSpec) -> dict:
         return {
             "name": job.name,
-            "source": {"topic": job.input_topic, **_format_config(job, job.input_schema, INPUT_SCHEMA)},
+            "source": {"topic": job.input_topic, **_format_config(job, job.input_schema, INPUT_SCHEMA),
+                       **({"consumer": dict(job.consumer)} if job.consumer else {})},
             "transform": {"sql": SQL},
             "sink": {"topic": job.output_topic, **_format_config(job, job.output_schema, OUTPUT_SCHEMA),
                      "delivery": self.delivery, "producer": dict(job.producer)},

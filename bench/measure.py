@@ -42,6 +42,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from bench.contenders import Contender, JobSpec
 from connectors.admin import end_offsets, partitions_of
+from connectors.source import FETCH_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,9 @@ class OutputTailer(threading.Thread):
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"{topic}-tailer", "enable.auto.commit": False,
             "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
+            # Fetching like the contenders do: right after an exactly-once contender's commit a whole epoch
+            # becomes visible at once, and 1 MiB fetches made the tailer, not the contender, the last step.
+            **FETCH_DEFAULTS,
         })
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(bootstrap, topic)])
 

@@ -176,6 +176,7 @@ class Bench:
             format=self.args.format, name=f"{self.prefix}-{contender.name}-{phase}", workdir=workdir,
             input_schema=self.input_schema, output_schema=self.output_schema,
             expected_outputs=expected, bounded=bounded, profile_to=profile_to, producer=dict(self.args.producer),
+            consumer=dict(self.args.consumer),
         )
 
     def id_reader(self, contender: Contender) -> Callable[[bytes], int]:
@@ -256,6 +257,7 @@ class Bench:
             "latency_probe": {"records": self.args.latency_records, "rate_per_s": self.args.latency_rate},
             "epochline_profiled": self.args.profile,
             "epochline_producer": dict(self.args.producer),
+            "epochline_consumer": dict(self.args.consumer),
             "broker_warm_up": not self.args.no_warm_up,
             "machine": machine(),
             "versions": versions(),
@@ -282,7 +284,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-def _setting(text: str) -> tuple[str, str]:
+def setting(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
@@ -307,9 +309,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run the epochline contenders under pyinstrument (HTML next to the results); "
                              "their numbers then include the profiler's overhead")
     parser.add_argument("--keep-logs", action="store_true", help="keep the contenders' logs and configs")
-    parser.add_argument("--producer", nargs="+", default=[], metavar="KEY=VALUE", type=_setting,
+    parser.add_argument("--producer", nargs="+", default=[], metavar="KEY=VALUE", type=setting,
                         help="librdkafka settings for the epochline contenders' sink.producer, e.g. "
                              "compression.type=none linger.ms=20")
+    parser.add_argument("--consumer", nargs="+", default=[], metavar="KEY=VALUE", type=setting,
+                        help="librdkafka settings for the epochline contenders' source.consumer, e.g. "
+                             "max.partition.fetch.bytes=1048576")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     if args.timeout is None:

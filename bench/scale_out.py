@@ -46,25 +46,12 @@ from rich.table import Table
 from bench.contenders import Epochline, JobSpec
 from bench.measure import ChildProcess, ContenderFailed, CpuWindow, OutputTailer, read_committed_ids, verify_ids
 from bench.report import FAILED, OK, machine
-from bench.run import RESULTS_DIR, Bench, broker, byte_compile_project, versions
+from bench.run import RESULTS_DIR, Bench, broker, byte_compile_project, setting, versions
 from bench.workload import FORMATS, INPUT_PRODUCER_CONFIG, SQL, Workload, generate_input
 from connectors.admin import TopicAdminError, end_offsets
 from engine.logs import configure_logging
 
 INPUT_PARTITIONS = 6
-
-
-@dataclass(frozen=True)
-class GroupEpochline(Epochline):
-    """bench/run.py's epochline exactly-once contender, optionally with librdkafka consumer settings."""
-
-    consumer: tuple[tuple[str, str], ...] = ()
-
-    def config(self, job: JobSpec) -> dict:
-        config = super().config(job)
-        if self.consumer:
-            config["source"]["consumer"] = dict(self.consumer)
-        return config
 
 
 @dataclass
@@ -251,7 +238,7 @@ def render_instances(results: list[ScaleResult]) -> Table:
     return table
 
 
-def meta(bench: Bench, contender: GroupEpochline, workload: Workload,
+def meta(bench: Bench, contender: Epochline, workload: Workload,
          load_before: tuple[float, float, float]) -> dict[str, object]:
     return {
         "benchmark": "scale_out",
@@ -268,7 +255,7 @@ def meta(bench: Bench, contender: GroupEpochline, workload: Workload,
         "input_producer_config": INPUT_PRODUCER_CONFIG,
         "sql": SQL,
         "contender": {"name": contender.name, "delivery": contender.delivery, "note": contender.note,
-                      "source_consumer_settings": dict(contender.consumer)},
+                      "source_consumer_settings": dict(bench.args.consumer)},
         "instance_counts": bench.args.instances,
         "repeat": bench.args.repeat,
         "broker": "private local broker" if not bench.args.bootstrap else bench.bootstrap,
@@ -292,7 +279,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, help="seconds per run (default 120 + records/1000)")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="skip the unmeasured raw copy of the input that warms the broker up")
-    parser.add_argument("--consumer", nargs="+", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--consumer", nargs="+", default=[], metavar="KEY=VALUE", type=setting,
                         help="librdkafka settings for the instances' source consumer (source.consumer), e.g. "
                              "heartbeat.interval.ms=500; default: epochline's own")
     parser.add_argument("--keep-logs", action="store_true", help="keep the instances' logs and configs")
@@ -301,8 +288,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.timeout is None:
         args.timeout = 120 + args.records / 1000
-    if any("=" not in setting for setting in args.consumer):
-        parser.error("--consumer: each setting is KEY=VALUE")
     if any(k < 1 or k > INPUT_PARTITIONS for k in args.instances):
         parser.error(f"--instances: each count must be 1..{INPUT_PARTITIONS} (the input's partitions)")
     return args
@@ -311,8 +296,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
-    contender = GroupEpochline("epochline-eos", "exactly-once",
-                               consumer=tuple(tuple(setting.split("=", 1)) for setting in args.consumer))
+    contender = Epochline("epochline-eos", "exactly-once")
     reason = contender.unavailable_reason()
     if reason is not None:
         print(f"epochline: {reason}", file=sys.stderr)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
 from rich.console import Console
 
-from bench.contenders import JobSpec
+from bench.contenders import Epochline, JobSpec
 from bench.report import FAILED, OK
-from bench.scale_out import GroupEpochline, InstanceUsage, ScaleResult, assignment_changes, parse_args, render_table
+from bench.scale_out import InstanceUsage, ScaleResult, assignment_changes, parse_args, render_table
 
 TOPIC = "bench-in"
 
@@ -51,12 +52,13 @@ def test_a_failed_run_shows_its_reason_and_a_scaled_run_its_ratio_to_one_instanc
 
 
 def test_consumer_settings_reach_the_source_section_of_the_config(tmp_path: Path) -> None:
+    args = parse_args(["--consumer", "heartbeat.interval.ms=500"])
     job = JobSpec("127.0.0.1:9092", "in", "out", "dlq", "json", "name", tmp_path, tmp_path / "in.avsc",
-                  tmp_path / "out.avsc", 10, bounded=True)
-    contender = GroupEpochline("epochline-eos", "exactly-once", consumer=(("heartbeat.interval.ms", "500"),))
+                  tmp_path / "out.avsc", 10, bounded=True, consumer=dict(args.consumer))
+    contender = Epochline("epochline-eos", "exactly-once")
 
     assert contender.config(job)["source"]["consumer"] == {"heartbeat.interval.ms": "500"}
-    assert "consumer" not in GroupEpochline("epochline-eos", "exactly-once").config(job)["source"]
+    assert "consumer" not in contender.config(replace(job, consumer={}))["source"]
 
 
 def test_more_instances_than_input_partitions_are_refused() -> None:
