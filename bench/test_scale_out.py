@@ -67,6 +67,7 @@ def test_more_instances_than_input_partitions_are_refused() -> None:
 
 
 def test_the_arguments_answer_everything_the_shared_bench_job_asks() -> None:
-    """scale_out reuses run.py's ``Bench.job``, which reads ``profile`` and ``producer`` from the arguments."""
+    """scale_out reuses run.py's ``Bench.job``, which reads ``profile``, ``producer`` and ``consumer`` from the
+    arguments."""
     args = parse_args([])
-    assert (args.profile, args.producer) == (False, [])
+    assert (args.profile, args.producer, args.consumer) == (False, [], [])

@@ -71,10 +71,10 @@ rebalance does not stop every instance (Kafka Streams and Connect default to coo
 FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(32 << 20)}
 """Fewer, larger fetches; a user may change them (``source.consumer``). librdkafka keeps one fetch in flight
 per broker, and its default of 1 MiB per partition made that one request the limit: at 1M 171-byte JSON
-records on 4 partitions the exactly-once job waited 4.1 of its 9.1 s for the next fetch, at 8 MiB 1.5 of
-6.7 s, and moved 117-128k instead of 87-102k records/s (bench/README.md). Memory stays bounded: at most
-``fetch.max.bytes`` in one response, ``queued.max.messages.kbytes`` queued (peak RSS 311 to about 350 MB
-in that run)."""
+records on 4 partitions the exactly-once job waited 2.7 of its 9.5 s for the next fetch, at 8 MiB 1.6 of
+8.4 s (96,776 and 106,450 records/s back to back; bench/README.md, "Fetch sizes"). Memory stays bounded: at
+most ``fetch.max.bytes`` in one response, ``queued.max.messages.kbytes`` queued (peak RSS about 60 MB more,
+and as flat in the input size as before)."""
 
 UNAVAILABLE_ERRORS = frozenset({KafkaError._UNKNOWN_PARTITION})
 MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
