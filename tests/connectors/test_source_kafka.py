@@ -307,11 +307,13 @@ def test_invalid_settings_are_refused_naming_the_field(overrides: dict[str, obje
 
 
 def test_fetches_are_large_by_default_and_the_user_s_consumer_settings_win() -> None:
-    default = KafkaSource(raw_settings("t"), "127.0.0.1:1", "g").consumer_config()
+    with KafkaSource(raw_settings("t"), "127.0.0.1:1", "g") as source:
+        default = source.consumer_config()
     assert {key: default[key] for key in FETCH_DEFAULTS} == FETCH_DEFAULTS
     assert int(FETCH_DEFAULTS["max.partition.fetch.bytes"]) > 1 << 20  # librdkafka's own default: 1 MiB
-    chosen = KafkaSource(raw_settings("t", consumer_config={"max.partition.fetch.bytes": "1048576"}),
-                         "127.0.0.1:1", "g").consumer_config()
+    with KafkaSource(raw_settings("t", consumer_config={"max.partition.fetch.bytes": "1048576"}),
+                     "127.0.0.1:1", "g") as source:
+        chosen = source.consumer_config()
     assert chosen["max.partition.fetch.bytes"] == "1048576"
     assert chosen["isolation.level"] == "read_committed"
 
