@@ -11,12 +11,13 @@ Guarantees and what they rest on:
   through the consumer's EOF event (``enable.partition.eof``). Restoring a cut therefore neither re-reads
   nor skips.
 - **Partitions come from the consumer group.** Instances of a connector subscribe with its group id
-  (``cooperative-sticky`` by default), so Kafka spreads the partitions over them; one instance is a group of
-  one. Every assignment change goes through a ``PartitionListener`` *inside* the rebalance callback: on
-  assignment it returns where each partition starts (the group's committed offset, after restoring the
-  partition's state); on revocation it commits the epoch before the partitions go (a later commit could
-  overwrite the new owner's offsets); on loss it aborts. Seeks are never done inside a callback
-  (librdkafka refuses them there): a rewind is staged and applied by the next ``poll_batch``.
+  (``cooperative-sticky`` by default; Kafka 4's consumer protocol with ``group.protocol=consumer``), so Kafka
+  spreads the partitions over them; one instance is a group of one. Every assignment change goes through a
+  ``PartitionListener`` *inside* the rebalance callback: on assignment it returns where each partition starts
+  (the group's committed offset, after restoring the partition's state); on revocation it commits the epoch
+  before the partitions go (a later commit could overwrite the new owner's offsets); on loss it aborts. Seeks
+  are never done inside a callback (librdkafka refuses them there): a rewind is staged and applied by the next
+  ``poll_batch``.
 - **Offsets are only committed inside the sink's transaction** (``send_offsets_to_transaction`` with the
   group metadata read at commit time and the checkpoint id as offset metadata); the consumer never commits
   itself (``enable.auto.commit`` / ``enable.auto.offset.store`` off).
@@ -66,7 +67,9 @@ GROUP_CONSUMER_DEFAULTS = {"partition.assignment.strategy": "cooperative-sticky"
                            "heartbeat.interval.ms": "1000"}
 """Group-mode defaults a user may change: cooperative-sticky moves only the partitions that must move, so a
 rebalance does not stop every instance (Kafka Streams and Connect default to cooperative protocols too); a
-10 s session (Kafka Streams' old default) bounds how long the partitions of a crashed instance wait."""
+10 s session (Kafka Streams' old default) bounds how long the partitions of a crashed instance wait.
+They belong to Kafka's classic group protocol; with ``group.protocol=consumer`` (KIP-848) the broker assigns
+the partitions and owns the session and heartbeat settings, so none of them is set (and a user's is an error)."""
 
 FETCH_DEFAULTS = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(32 << 20)}
 """Fewer, larger fetches; a user may change them (``source.consumer``). librdkafka keeps one fetch in flight
@@ -177,7 +180,9 @@ class KafkaSource:
         self.format = make_format(settings.format)
         self.watermarks = WatermarkTracker(settings.allowed_lateness_ms, settings.idle_timeout_ms)
         config = self.consumer_config()
-        self._cooperative = "cooperative" in str(config["partition.assignment.strategy"])
+        # the consumer protocol (KIP-848) always changes assignments incrementally
+        self._cooperative = (str(config.get("group.protocol")).lower() == "consumer"
+                             or "cooperative" in str(config.get("partition.assignment.strategy")))
         self._consumer = Consumer(config)
         self._partitions: list[int] | None = None
         self._positions: dict[int, int] = {}
@@ -204,7 +209,7 @@ class KafkaSource:
             "auto.offset.reset": self.settings.start_from,
             "queued.max.messages.kbytes": 32_768,  # prefetch bound: memory does not grow with topic size
             **FETCH_DEFAULTS,
-            **GROUP_CONSUMER_DEFAULTS,
+            **self._group_defaults(user),
             **member,
             **user,
             **REQUIRED_CONSUMER_CONFIG,
@@ -212,6 +217,18 @@ class KafkaSource:
             "group.id": self.group_id,
             "logger": CLIENT_LOGGER,
         }
+
+    def _group_defaults(self, user: Mapping[str, str]) -> dict[str, str]:
+        """``GROUP_CONSUMER_DEFAULTS`` for the classic group protocol; none for the consumer protocol, where
+        setting one of them is a ``SourceError`` naming it (the broker's group settings decide them)."""
+        if user.get("group.protocol", "classic").lower() != "consumer":
+            return GROUP_CONSUMER_DEFAULTS
+        classic_only = sorted(set(user) & set(GROUP_CONSUMER_DEFAULTS))
+        if classic_only:
+            raise SourceError(f"source {self.name!r}: consumer_config {', '.join(classic_only)} belong to the "
+                              "classic group protocol; with group.protocol=consumer the broker assigns partitions "
+                              "and sets the session (group.consumer.* broker settings)")
+        return {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 

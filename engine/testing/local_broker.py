@@ -190,6 +190,13 @@ def server_settings(data_dir: Path, port: int, controller_port: int, *, node_id:
         "transaction.state.log.num.partitions": "10",
         "min.insync.replicas": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # consumer-protocol (KIP-848) groups get the session and heartbeat epochline's sources ask for in
+        # classic groups (10 s, 1 s) instead of the broker's 45 s and 5 s: a joining member gets its
+        # partitions about a second after their owner let go, a crashed one's move after 10 s
+        "group.consumer.min.session.timeout.ms": "6000",
+        "group.consumer.session.timeout.ms": "10000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+        "group.consumer.heartbeat.interval.ms": "1000",
         "auto.create.topics.enable": "false",
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",

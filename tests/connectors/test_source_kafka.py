@@ -14,6 +14,7 @@ from connectors.checkpoint import SourceCheckpoint
 from connectors.metadata import METADATA_COLUMNS
 from connectors.source import (
     FETCH_DEFAULTS,
+    GROUP_CONSUMER_DEFAULTS,
     KafkaSource,
     SourceBatch,
     SourceError,
@@ -316,6 +317,21 @@ def test_fetches_are_large_by_default_and_the_user_s_consumer_settings_win() -> 
         chosen = source.consumer_config()
     assert chosen["max.partition.fetch.bytes"] == "1048576"
     assert chosen["isolation.level"] == "read_committed"
+
+
+def test_the_consumer_group_protocol_leaves_assignment_and_session_to_the_broker() -> None:
+    """KIP-848: the classic protocol's assignor, session and heartbeat are broker settings there (librdkafka
+    refuses them), so epochline sets none; a user who sets one is told which, before any connection."""
+    with KafkaSource(raw_settings("t"), "127.0.0.1:1", "g") as source:
+        classic = source.consumer_config()
+    assert {key: classic[key] for key in GROUP_CONSUMER_DEFAULTS} == GROUP_CONSUMER_DEFAULTS
+    with KafkaSource(raw_settings("t", consumer_config={"group.protocol": "consumer"}), "127.0.0.1:1", "g") as source:
+        chosen = source.consumer_config()
+    assert chosen["group.protocol"] == "consumer"
+    assert not set(chosen) & set(GROUP_CONSUMER_DEFAULTS)
+    settings = raw_settings("t", consumer_config={"group.protocol": "consumer", "session.timeout.ms": "6000"})
+    with pytest.raises(SourceError, match="session.timeout.ms belong to the classic group protocol"):
+        KafkaSource(settings, "127.0.0.1:1", "g")
 
 
 def test_consumer_config_cannot_break_exactly_once_reading() -> None:

@@ -36,6 +36,15 @@ def order(i: int) -> bytes:
     return orjson.dumps({"id": i, "amount": -1.0 if i % 10 == 0 else float(i % 1000)})
 
 
+GROUP_PROTOCOLS = pytest.mark.parametrize("protocol", ["classic", "consumer"])
+"""Kafka's classic group protocol (epochline's default) and the consumer protocol (KIP-848), which a source
+opts into with ``group.protocol: consumer``: the broker assigns partitions and fences by member epoch."""
+
+
+def protocol_settings(protocol: str, classic: dict[str, str] | None = None) -> dict[str, str]:
+    return {"group.protocol": "consumer"} if protocol == "consumer" else dict(classic or {})
+
+
 def expected_ids(records: int) -> Counter:
     return Counter(i for i in range(records) if i % 10 != 0)
 
@@ -159,11 +168,13 @@ def finish_at_end(instances: Instances, names: list[str]) -> None:
         assert final.wait(180) == 0, final.log_tail()
 
 
+@GROUP_PROTOCOLS
 def test_instances_killed_and_added_share_the_partitions_exactly_once(
         kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path, unique_topic: str,
-        instances_of: list[Instances]) -> None:
+        instances_of: list[Instances], protocol: str) -> None:
     name = f"group-{unique_topic}"
-    instances = Instances(group_config(tmp_path, name, topics), kafka_bootstrap)
+    instances = Instances(group_config(tmp_path, name, topics, consumer=protocol_settings(protocol)),
+                          kafka_bootstrap)
     instances_of.append(instances)
     watch = MemberWatch(kafka_bootstrap, f"epochline-{name}")
     watch.start()
@@ -195,11 +206,13 @@ def test_instances_killed_and_added_share_the_partitions_exactly_once(
     print(f"kills={kills} faulted={faulted} seconds={time.monotonic() - started:.0f} most_members={most}")
 
 
+@GROUP_PROTOCOLS
 def test_a_stalled_instance_whose_partitions_moved_cannot_commit_them(
         kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path, unique_topic: str,
-        instances_of: list[Instances]) -> None:
+        instances_of: list[Instances], protocol: str) -> None:
     name = f"zombie-{unique_topic}"
-    session = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
+    # consumer protocol: the test broker's 10 s session (engine.testing.local_broker), also past in 16 s
+    session = protocol_settings(protocol, {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"})
     instances = Instances(group_config(tmp_path, name, topics, consumer=session), kafka_bootstrap)
     instances_of.append(instances)
     records = 60_000
@@ -208,7 +221,7 @@ def test_a_stalled_instance_whose_partitions_moved_cannot_commit_them(
     instances.start("healthy")
     time.sleep(8)
     os.kill(zombie.process.pid, signal.SIGSTOP)
-    time.sleep(16)  # past the session timeout (6 s) and the transaction timeout (10 s): its partitions move
+    time.sleep(16)  # past the session timeout (6 or 10 s) and the transaction timeout (10 s): its partitions move
     os.kill(zombie.process.pid, signal.SIGCONT)
     exited = zombie.wait_for_exit(30)
     log = zombie.log_path.read_text(errors="replace")
