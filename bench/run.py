@@ -193,7 +193,10 @@ class Bench:
         except ContenderFailed as failure:
             print(f"  warm-up copy failed (numbers may include broker warm-up): {failure}")
 
-    def run_contender(self, contender: Contender, input_topic: str, workload: Workload) -> Result:
+    def run_contender(self, contender: Contender, input_topic: str, workload: Workload,
+                      phase: str = "throughput") -> Result:
+        """Run ``contender`` over the whole input once, verify its output, measure it (and its latency run).
+        ``phase`` names its job (topics, group, transactional id): a second run of a contender needs another."""
         if self.args.format not in contender.formats:
             return Result(contender.name, NOT_AVAILABLE, contender.note,
                           reason=f"not available: {' and '.join(contender.formats)} only")
@@ -204,7 +207,7 @@ class Bench:
         result = Result(contender.name, FAILED, contender.note, expected_count=len(expected))
         log.info("contender starting", extra={"contender": contender.name})
         try:
-            job = self.job(contender, "throughput", input_topic, len(expected), bounded=True)
+            job = self.job(contender, phase, input_topic, len(expected), bounded=True)
             run = run_to_completion(contender, job, self.args.timeout, self.broker_pid)
             verdict = verify_ids(read_committed_ids(self.bootstrap, job.output_topic, self.id_reader(contender)),
                                  expected)

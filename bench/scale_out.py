@@ -1,6 +1,6 @@
 """Scaling out on one machine: the epochline exactly-once job of bench/run.py on 1, 2 (and 3) instances.
 
-    python bench/scale_out.py [--records 500000] [--instances 1 2 [3]] [--repeat 1] [--bootstrap HOST:PORT]
+    python bench/scale_out.py [--records 500000] [--instances 1 2 [3]] [--repeat 1] [--no-raw] [--bootstrap HOST:PORT]
 
 One 6-partition input topic with N records (the JSON rows and SQL of bench/run.py). For each instance count
 k: a fresh output topic, dead-letter topic, connector name (so a fresh consumer group) and state dir; then k
@@ -22,6 +22,10 @@ Measured per k (bench/measure.py's process helpers; nothing here runs inside a c
 
 Each k's output is verified with ``read_committed`` before its numbers count: every expected id exactly once
 (bench/measure.verify_ids). Results: a table on stdout and ``bench/results/<timestamp>-scale-out-<format>.json``.
+
+Before the instance counts of each repetition, bench/run.py's ``raw-eos`` (one confluent-kafka transactional
+copy loop) copies the same input (``--no-raw`` leaves it out), so each run's "vs raw-eos" compares records/s
+(visible) with the Python ceiling measured minutes apart on the same topic and broker.
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
-from bench.contenders import Epochline, JobSpec
+from bench.contenders import Epochline, JobSpec, RawCopy
 from bench.measure import ChildProcess, ContenderFailed, CpuWindow, OutputTailer, read_committed_ids, verify_ids
-from bench.report import FAILED, OK, machine
+from bench.report import FAILED, OK, Result, machine
 from bench.run import RESULTS_DIR, Bench, broker, byte_compile_project, setting, versions
 from bench.workload import FORMATS, INPUT_PRODUCER_CONFIG, SQL, Workload, generate_input
 from connectors.admin import TopicAdminError, end_offsets
@@ -65,7 +69,8 @@ class InstanceUsage:
     peak_rss_mb: float
     log: str
     assignments: list[str] = field(default_factory=list)  # "+0,1,2 @0.4s", "-2 @1.3s" from its log
-    last_assigned_after_s: float | None = None
+    assigned_after_s: list[float] = field(default_factory=list)  # when it was given partitions
+    left_after_s: float | None = None  # its last revocation: leaving the group at the end
 
 
 @dataclass
@@ -85,18 +90,20 @@ class ScaleResult:
     client_cpu_seconds: float | None = None
     client_cpu_us_per_record: float | None = None
     peak_rss_mb: float | None = None  # the largest of the instances'
-    settled_seconds: float | None = None  # the group's last assignment: from then on every instance has its share
+    settled_seconds: float | None = None  # the group's last assignment before an instance left: its final shape
     broker_cpu_seconds: float | None = None
     harness_cpu_seconds: float | None = None
     machine_busy_share: float | None = None
     per_instance: list[InstanceUsage] = field(default_factory=list)
 
 
-def assignment_changes(log_path: Path, started: float, topic: str) -> tuple[list[str], float | None]:
+def assignment_changes(log_path: Path, started: float, topic: str) -> tuple[list[str], list[float], float | None]:
     """The instance's partition assignments and revocations of ``topic``, from its JSON log lines, as
-    ``+0,1,2 @0.4s`` / ``-2 @1.3s`` (seconds after the start; a line that is not JSON is skipped), and
-    when it was last assigned partitions."""
-    changes, last_assigned = [], None
+    ``+0,1,2 @0.4s`` / ``-2 @1.3s`` (seconds after the start; a line that is not JSON is skipped), the
+    times it was assigned partitions, and the time of its last revocation (when it left, at the end)."""
+    changes: list[str] = []
+    assigned: list[float] = []
+    left = None
     for line in log_path.read_text(errors="replace").splitlines():
         try:
             record = orjson.loads(line)
@@ -113,8 +120,18 @@ def assignment_changes(log_path: Path, started: float, topic: str) -> tuple[list
         at = float(record.get("ts", started)) - started
         changes.append(f"{sign}{','.join(map(str, partitions))} @{at:.1f}s")
         if sign == "+":
-            last_assigned = round(at, 3)
-    return changes, last_assigned
+            assigned.append(round(at, 3))
+        else:
+            left = round(at, 3)
+    return changes, assigned, left
+
+
+def settled_after(usages: list[InstanceUsage]) -> float | None:
+    """When the group took its final shape: the last assignment before the first instance left. What the
+    leaving instances hand over at the end is the group shrinking, not settling."""
+    departures = [usage.left_after_s for usage in usages if usage.left_after_s is not None]
+    first_left = min(departures, default=float("inf"))
+    return max((at for usage in usages for at in usage.assigned_after_s if at < first_left), default=None)
 
 
 def run_instances(contender: Epochline, job: JobSpec, count: int,
@@ -180,8 +197,7 @@ def measure(bench: Bench, contender: Epochline, input_topic: str, workload: Work
         result.client_cpu_seconds = sum(usage.cpu_seconds for usage in usages)
         result.client_cpu_us_per_record = result.client_cpu_seconds / workload.records * 1e6
         result.peak_rss_mb = max(usage.peak_rss_mb for usage in usages)
-        assigned = [usage.last_assigned_after_s for usage in usages if usage.last_assigned_after_s is not None]
-        result.settled_seconds = max(assigned) if assigned else None
+        result.settled_seconds = settled_after(usages)
         verdict = verify_ids(read_committed_ids(bench.bootstrap, job.output_topic, bench.id_reader(contender)),
                              expected)
         result.output_count = verdict.output_count
@@ -197,16 +213,18 @@ def _number(value: float | None, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
-def render_table(results: list[ScaleResult], title: str) -> Table:
-    """One row per run; records/s also as a ratio to the single instance's of the same repetition."""
+def render_table(results: list[ScaleResult], title: str, raw: dict[int, Result] | None = None) -> Table:
+    """One row per run; records/s also as a ratio to the single instance's of the same repetition, and
+    records/s (visible) to that repetition's raw-eos copy (``raw``, by repetition) when it ran."""
     table = Table(title=title, caption="wall = start to the last instance's exit; visible = start to the last "
                                        "output record visible under read_committed; group settled = start to the "
-                                       "group's last partition assignment; CPU = user+sys")
+                                       "group's last partition assignment before an instance left; CPU = user+sys")
     for column in ("instances", "status", "wall s", "records/s", "visible s", "records/s (visible)",
-                   "group settled s", "client CPU s", "CPU µs/record", "peak RSS MB (each)", "broker CPU s",
-                   "machine busy"):
+                   "vs raw-eos", "group settled s", "client CPU s", "CPU µs/record", "peak RSS MB (each)",
+                   "broker CPU s", "machine busy"):
         table.add_column(column, justify="left" if column == "status" else "right")
     singles = {r.run: r for r in results if r.instances == 1 and r.status == OK}
+    raw = raw or {}
     for result in results:
         single = singles.get(result.run)
         rate = _number(result.records_per_s, "{:,.0f}")
@@ -216,13 +234,21 @@ def render_table(results: list[ScaleResult], title: str) -> Table:
         table.add_row(
             str(result.instances), f"[{style}]{result.status}[/]" + (f" {result.reason}" if result.reason else ""),
             _number(result.wall_seconds, "{:.2f}"), rate, _number(result.visible_seconds, "{:.2f}"),
-            _number(result.visible_records_per_s, "{:,.0f}"), _number(result.settled_seconds, "{:.1f}"),
+            _number(result.visible_records_per_s, "{:,.0f}"),
+            _number(_ratio(result.visible_records_per_s, raw.get(result.run)), "{:.2f}x"),
+            _number(result.settled_seconds, "{:.1f}"),
             _number(result.client_cpu_seconds, "{:.1f}"),
             _number(result.client_cpu_us_per_record, "{:.1f}"),
             " / ".join(f"{usage.peak_rss_mb:.0f}" for usage in result.per_instance) or "-",
             _number(result.broker_cpu_seconds, "{:.1f}"), _number(result.machine_busy_share, "{:.0%}"),
         )
     return table
+
+
+def _ratio(records_per_s: float | None, raw: Result | None) -> float | None:
+    if records_per_s is None or raw is None or raw.status != OK or not raw.records_per_s:
+        return None
+    return records_per_s / raw.records_per_s
 
 
 def render_instances(results: list[ScaleResult]) -> Table:
@@ -282,9 +308,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--consumer", nargs="+", default=[], metavar="KEY=VALUE", type=setting,
                         help="librdkafka settings for the instances' source consumer (source.consumer), e.g. "
                              "heartbeat.interval.ms=500; default: epochline's own")
+    parser.add_argument("--no-raw", action="store_true",
+                        help="leave out the raw-eos copy of the input that each repetition starts with")
     parser.add_argument("--keep-logs", action="store_true", help="keep the instances' logs and configs")
     parser.add_argument("--log-level", default="WARNING")
-    parser.set_defaults(profile=False, producer=[])  # Bench.job asks: never profiled, default sink producer
+    # Bench.job and Bench.run_contender ask: never profiled, the default sink producer, no latency run
+    parser.set_defaults(profile=False, producer=[], skip_latency=True)
     args = parser.parse_args(argv)
     if args.timeout is None:
         args.timeout = 120 + args.records / 1000
@@ -305,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="epochline-scale-out-"))
     results: list[ScaleResult] = []
+    raw: dict[int, Result] = {}
     with broker(args.bootstrap) as (bootstrap, broker_pid):
         bench = Bench(args, bootstrap, workdir, broker_pid)
         bench.output_partitions = INPUT_PARTITIONS
@@ -319,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_warm_up:
                 bench.warm_up(input_topic, workload)
             for run in range(1, args.repeat + 1):
+                if not args.no_raw:
+                    raw[run] = bench.run_contender(RawCopy(), input_topic, workload, phase=f"r{run}")
+                    print(f"  raw-eos, run {run}: {raw[run].status} {_number(raw[run].records_per_s, '{:,.0f}')} "
+                          f"records/s {raw[run].reason}".rstrip())
                 for count in args.instances:
                     started = time.monotonic()
                     results.append(measure(bench, contender, input_topic, workload, count, run))
@@ -330,14 +364,15 @@ def main(argv: list[str] | None = None) -> int:
                 bench.delete_topics()
     Console(width=200).print(render_table(
         results, f"epochline scale-out: {args.records:,} {args.format} records, {INPUT_PARTITIONS} partitions, "
-                 f"{os.cpu_count()} CPUs shared with the broker"))
+                 f"{os.cpu_count()} CPUs shared with the broker", raw))
     Console(width=200).print(render_instances(results))
     output = RESULTS_DIR / f"{bench.stamp}-scale-out-{args.format}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_bytes(orjson.dumps({"meta": info, "results": [asdict(r) for r in results]},
+    output.write_bytes(orjson.dumps({"meta": info, "results": [asdict(r) for r in results],
+                                     "raw_eos": {str(run): asdict(result) for run, result in raw.items()}},
                                     option=orjson.OPT_INDENT_2))
     print(f"results: {output}")
-    failed = [r for r in results if r.status != OK]
+    failed = [r for r in results if r.status != OK] + [r for r in raw.values() if r.status != OK]
     if failed or args.keep_logs:
         print(f"instance logs kept in {workdir}")
     else:
