@@ -181,7 +181,7 @@ class KafkaSource:
         self.watermarks = WatermarkTracker(settings.allowed_lateness_ms, settings.idle_timeout_ms)
         config = self.consumer_config()
         # the consumer protocol (KIP-848) always changes assignments incrementally
-        self._cooperative = (str(config.get("group.protocol")).lower() == "consumer"
+        self._cooperative = (_uses_consumer_protocol(config)
                              or "cooperative" in str(config.get("partition.assignment.strategy")))
         self._consumer = Consumer(config)
         self._partitions: list[int] | None = None
@@ -221,7 +221,7 @@ class KafkaSource:
     def _group_defaults(self, user: Mapping[str, str]) -> dict[str, str]:
         """``GROUP_CONSUMER_DEFAULTS`` for the classic group protocol; none for the consumer protocol, where
         setting one of them is a ``SourceError`` naming it (the broker's group settings decide them)."""
-        if user.get("group.protocol", "classic").lower() != "consumer":
+        if not _uses_consumer_protocol(user):
             return GROUP_CONSUMER_DEFAULTS
         classic_only = sorted(set(user) & set(GROUP_CONSUMER_DEFAULTS))
         if classic_only:
@@ -610,6 +610,11 @@ class KafkaSource:
             if high >= 0:
                 lags[partition] = max(0, high - position)
         return lags
+
+
+def _uses_consumer_protocol(config: Mapping[str, object]) -> bool:
+    """Whether a consumer config asks for Kafka 4's consumer group protocol (KIP-848) instead of the classic one."""
+    return str(config.get("group.protocol", "classic")).lower() == "consumer"
 
 
 def decode_records(source: str, topic: str, value_format: Format, columns: RecordColumns, *,
