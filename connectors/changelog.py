@@ -252,17 +252,24 @@ class ChangelogReader:
             self._uncommitted = Consumer({**self._config, "isolation.level": "read_uncommitted"})
         _, high = self._offsets(self._uncommitted, topic, partition, deadline, where)
         waiting_since: float | None = None
+        stable = -1
         while True:
-            low, stable = self._offsets(self._consumer, topic, partition, deadline, where)
+            try:
+                low, stable = self._offsets(self._consumer, topic, partition, deadline, where)
+            except ChangelogTimeout:
+                if waiting_since is None:
+                    raise
+                break  # the deadline passed during a look-up, while a transaction was known to be open
             if stable >= high:
                 return low, stable, 0.0 if waiting_since is None else time.monotonic() - waiting_since
             waiting_since = waiting_since or time.monotonic()
             if time.monotonic() + 0.02 >= deadline:
-                raise ChangelogTimeout(
-                    f"{where}: a transaction is still open on it after {self.timeout:g}s (last stable offset "
-                    f"{stable}, high watermark {high}): the instance that opened it has neither committed nor "
-                    f"aborted it (transaction.timeout.ms must be shorter than the restore timeout)")
+                break
             time.sleep(0.02)
+        raise ChangelogTimeout(
+            f"{where}: a transaction is still open on it after {self.timeout:g}s (last stable offset "
+            f"{stable}, high watermark {high}): the instance that opened it has neither committed nor "
+            f"aborted it (transaction.timeout.ms must be shorter than the restore timeout)")
 
     def _offsets(self, consumer: Consumer, topic: str, partition: int, deadline: float,
                  where: str) -> tuple[int, int]:
