@@ -118,7 +118,7 @@ class OutputTailer(threading.Thread):
             "bootstrap.servers": bootstrap, "group.id": f"{topic}-tailer", "enable.auto.commit": False,
             "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
             # Fetching like the contenders do: right after an exactly-once contender's commit a whole epoch
-            # becomes visible at once, and 1 MiB fetches made the tailer, not the contender, the last step.
+            # becomes visible at once, and the tailer's own prefetch pauses must not be the last step.
             **FETCH_DEFAULTS,
         })
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(bootstrap, topic)])

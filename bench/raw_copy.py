@@ -71,7 +71,7 @@ def copy(args: argparse.Namespace) -> None:
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "enable.auto.commit": False,
         "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-        **FETCH_DEFAULTS,  # the same fetch sizes as epochline's sources: the ceiling is not held back by them
+        **FETCH_DEFAULTS,  # fetching as epochline's sources do: the ceiling is not held back by a fetch setting
     })
     producer = Producer({
         "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id, "linger.ms": 5,

@@ -317,7 +317,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "compression.type=none linger.ms=20")
     parser.add_argument("--consumer", nargs="+", default=[], metavar="KEY=VALUE", type=setting,
                         help="librdkafka settings for the epochline contenders' source.consumer, e.g. "
-                             "max.partition.fetch.bytes=1048576")
+                             "max.partition.fetch.bytes=8388608")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     if args.timeout is None:

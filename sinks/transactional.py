@@ -42,6 +42,12 @@ class TransactionalKafkaSink(KafkaWriter):
 
     def start(self) -> None:
         """Fence every earlier instance and abort whatever it left open (``init_transactions``)."""
+        # A metadata request first: it returns once a broker connection is up. librdkafka asks for the
+        # producer id only over an open connection and, finding none, asks again 500 ms later; a producer
+        # just made has none yet, so about half of all starts waited those 500 ms (bench/README.md,
+        # "Start-up: the producer's first connection").
+        with_retries(lambda: self.producer.list_topics(timeout=5), "connecting the transactional producer",
+                     interrupted=self.interrupted)
         # Short calls, retried: librdkafka resumes init_transactions after a timeout, and a stop signal is
         # honoured between two calls instead of after one long one.
         with_retries(lambda: self.producer.init_transactions(5),

@@ -307,15 +307,15 @@ def test_invalid_settings_are_refused_naming_the_field(overrides: dict[str, obje
         raw_settings("t", **overrides)
 
 
-def test_fetches_are_large_by_default_and_the_user_s_consumer_settings_win() -> None:
+def test_a_drained_prefetch_queue_is_refilled_at_once_and_the_user_s_consumer_settings_win() -> None:
     with KafkaSource(raw_settings("t"), "127.0.0.1:1", "g") as source:
         default = source.consumer_config()
     assert {key: default[key] for key in FETCH_DEFAULTS} == FETCH_DEFAULTS
-    assert int(FETCH_DEFAULTS["max.partition.fetch.bytes"]) > 1 << 20  # librdkafka's own default: 1 MiB
-    with KafkaSource(raw_settings("t", consumer_config={"max.partition.fetch.bytes": "1048576"}),
+    assert int(FETCH_DEFAULTS["fetch.queue.backoff.ms"]) < 1000  # librdkafka's own default: a 1 s pause
+    with KafkaSource(raw_settings("t", consumer_config={"fetch.queue.backoff.ms": "500"}),
                      "127.0.0.1:1", "g") as source:
         chosen = source.consumer_config()
-    assert chosen["max.partition.fetch.bytes"] == "1048576"
+    assert chosen["fetch.queue.backoff.ms"] == "500"
     assert chosen["isolation.level"] == "read_committed"
 
 

@@ -1,0 +1,96 @@
+"""Two librdkafka behaviours measured alone, without a pipeline: how fast a consumer that does nothing else
+reads under a given fetch config, and how long a transactional producer takes to start.
+
+    python bench/client_probes.py [--records 1000000] [--starts 10] [--bootstrap HOST:PORT]
+
+``consume``: ``--records`` JSON records of the benchmark's input (bench/workload.py, 4 partitions) are read
+``read_committed`` with the sources' consumer settings, once with each fetch config below; records/s is
+wall time from the first ``consume`` call to the last record. ``producer start``: ``--starts`` fresh
+transactional producers each run ``init_transactions``, at once or after a metadata request (what
+``TransactionalKafkaSink.start`` does). Without ``--bootstrap`` a private broker is started and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo's packages (bench, connectors) importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from bench.run import broker
+from bench.workload import generate_input
+from connectors.admin import create_topic
+from connectors.source import FETCH_DEFAULTS
+
+PARTITIONS = 4
+LARGE_FETCHES = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(32 << 20)}
+FETCH_CONFIGS: dict[str, Mapping[str, str]] = {
+    "librdkafka's defaults": {},
+    "8 MiB fetches (the sources' defaults before)": LARGE_FETCHES,
+    "10 ms queue backoff (the sources' FETCH_DEFAULTS)": FETCH_DEFAULTS,
+    "8 MiB fetches, 10 ms queue backoff": {**LARGE_FETCHES, **FETCH_DEFAULTS},
+}
+
+
+def consume_rate(bootstrap: str, topic: str, records: int, fetch: Mapping[str, str]) -> float:
+    """Records per second reading the whole topic with the sources' queue bound and ``fetch``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "queued.max.messages.kbytes": 32_768, **fetch})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    read = 0
+    started = time.monotonic()
+    try:
+        while read < records:
+            read += sum(1 for message in consumer.consume(10_000, 1.0) if message.error() is None)
+            if time.monotonic() - started > 120:
+                raise TimeoutError(f"read {read} of {records} records of {topic!r} in 120 s")
+        return records / (time.monotonic() - started)
+    finally:
+        consumer.close()
+
+
+def start_seconds(bootstrap: str, starts: int, metadata_first: bool) -> list[float]:
+    """Time to a transactional producer's first transaction, for ``starts`` fresh producers: what
+    ``TransactionalKafkaSink.start`` does (``metadata_first``) and what it did before (``init_transactions``
+    at once)."""
+    seconds = []
+    for _ in range(starts):
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"probe-{uuid.uuid4().hex}"})
+        started = time.monotonic()
+        if metadata_first:
+            producer.list_topics(timeout=5)
+        producer.init_transactions(30)
+        seconds.append(time.monotonic() - started)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--starts", type=int, default=10)
+    parser.add_argument("--bootstrap", help="use this broker instead of starting a private one")
+    args = parser.parse_args()
+    with broker(args.bootstrap) as (bootstrap, _):
+        topic = f"probe-input-{uuid.uuid4().hex[:8]}"
+        create_topic(bootstrap, topic, PARTITIONS)
+        generate_input(bootstrap, topic, args.records, "json")
+        for name, fetch in FETCH_CONFIGS.items():
+            print(f"consume, {name}: {consume_rate(bootstrap, topic, args.records, fetch):,.0f} records/s")
+        for metadata_first in (False, True):
+            seconds = start_seconds(bootstrap, args.starts, metadata_first)
+            print(f"producer start, {'metadata first' if metadata_first else 'init_transactions at once'}: median "
+                  f"{statistics.median(seconds):.3f} s, slowest {max(seconds):.3f} s, "
+                  f"{sum(s > 0.3 for s in seconds)} of {len(seconds)} over 0.3 s")
+
+
+if __name__ == "__main__":
+    main()
