@@ -136,6 +136,32 @@ def test_a_fatal_error_raised_by_flush_is_the_error_it_stands_for(raised: BaseEx
         sink.flush(1.0)
 
 
+class CallRecorder:
+    """A producer that records the calls the sink makes when it starts."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def list_topics(self, timeout: float) -> None:
+        self.calls.append("list_topics")
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append("init_transactions")
+
+
+def test_the_sink_connects_before_it_asks_for_its_producer_id() -> None:
+    """librdkafka asks for the producer id only over an open connection, and asks again 500 ms later when a
+    fresh producer has none yet: a metadata request first makes start-up wait for the connection instead."""
+    sink = TransactionalKafkaSink(SinkSettings(topic="out", transactional_id="tx", group_id="g"), "127.0.0.1:9",
+                                  make_format(FormatSpec("json")))
+    recorder = CallRecorder()
+    sink.producer = recorder  # type: ignore[assignment]
+
+    sink.start()
+
+    assert recorder.calls == ["list_topics", "init_transactions"]
+
+
 def test_a_system_error_without_a_kafka_cause_is_not_mistaken_for_one() -> None:
     sink = TransactionalKafkaSink(SinkSettings(topic="out", transactional_id="tx", group_id="g"), "127.0.0.1:9",
                                   make_format(FormatSpec("json")))
