@@ -28,7 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from bench.run import broker
 from bench.workload import generate_input
 from connectors.admin import create_topic
-from connectors.source import FETCH_DEFAULTS
+from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND
 
 PARTITIONS = 4
 LARGE_FETCHES = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(32 << 20)}
@@ -44,7 +44,7 @@ def consume_rate(bootstrap: str, topic: str, records: int, fetch: Mapping[str, s
     """Records per second reading the whole topic with the sources' queue bound and ``fetch``."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "queued.max.messages.kbytes": 32_768, **fetch})
+                         **PREFETCH_BOUND, **fetch})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     read = 0
     started = time.monotonic()

@@ -71,6 +71,9 @@ rebalance does not stop every instance (Kafka Streams and Connect default to coo
 They belong to Kafka's classic group protocol; with ``group.protocol=consumer`` (KIP-848) the broker assigns
 the partitions and owns the session and heartbeat settings, so none of them is set (and a user's is an error)."""
 
+PREFETCH_BOUND = {"queued.max.messages.kbytes": 32_768}
+"""How much a source's consumer fetches ahead of what it handed out: memory does not grow with topic size."""
+
 FETCH_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
 """No one-second pause after each full prefetch queue; a user may change it (``source.consumer``). When a
 partition's queued records pass ``queued.min.messages`` (100,000) or the queue passes
@@ -209,7 +212,7 @@ class KafkaSource:
         member = {"client.id": self.member} if self.member else {}
         return {
             "auto.offset.reset": self.settings.start_from,
-            "queued.max.messages.kbytes": 32_768,  # prefetch bound: memory does not grow with topic size
+            **PREFETCH_BOUND,
             **FETCH_DEFAULTS,
             **self._group_defaults(user),
             **member,
