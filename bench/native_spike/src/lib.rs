@@ -33,6 +33,9 @@ impl ColumnConsumer {
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "false")
+            // the sources' settings (connectors.source: FETCH_DEFAULTS, PREFETCH_BOUND)
+            .set("fetch.queue.backoff.ms", "10")
+            .set("queued.max.messages.kbytes", "32768")
             .create()
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         let mut assignment = TopicPartitionList::new();
@@ -91,6 +94,9 @@ impl ColumnProducer {
             .set("bootstrap.servers", bootstrap)
             .set("linger.ms", linger_ms.to_string())
             .set("enable.idempotence", "true")
+            // the sinks' settings (sinks.writer.KafkaWriter)
+            .set("batch.num.messages", "10000")
+            .set("compression.type", "lz4")
             .create()
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
         Ok(Self { producer })
