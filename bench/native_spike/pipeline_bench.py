@@ -39,6 +39,7 @@ from sinks.produce import produce_all
 
 BATCH = 10_000  # the source's max_batch_records default
 FLUSH_EVERY_S = 1.0  # the benchmark's checkpoint interval
+Batch = tuple[pa.BinaryArray, list["pa.Array[Any]"]]  # the values and the partition, offset and timestamp columns
 
 
 class Job:
@@ -85,7 +86,7 @@ def python_way(args: argparse.Namespace, job: Job) -> int:
     return seen
 
 
-def _native_batches(args: argparse.Namespace) -> Iterator[tuple[pa.BinaryArray, list[pa.Array[Any]]]]:
+def _native_batches(args: argparse.Namespace) -> Iterator[Batch]:
     """The spike's consumer: each batch as the value column and the partition, offset and timestamp columns."""
     from epochline_native_spike import ColumnConsumer
 
@@ -137,11 +138,13 @@ def native_way(args: argparse.Namespace, job: Job) -> int:
     return seen
 
 
-def native_threads_way(args: argparse.Namespace, job: Job) -> int:
-    """Consuming and producing each on a thread of their own, two batches in flight between the stages."""
-    produce, flush = _native_producer(args)
-    consumed: queue.Queue[tuple[pa.BinaryArray, list[pa.Array[Any]]] | None] = queue.Queue(maxsize=2)
-    encoded: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=2)
+def _staged(args: argparse.Namespace, transform: Callable[[pa.BinaryArray, list[pa.Array[Any]]], list[Any]],
+            produce: Callable[[Any], None], flush: Callable[[], None]) -> int:
+    """Consuming and producing each on a thread of their own, two batches in flight between the stages; the
+    calling thread transforms each consumed batch into what ``produce`` takes."""
+    consumed: queue.Queue[Batch | None] = queue.Queue(maxsize=2)
+    encoded: queue.Queue[Any] = queue.Queue(maxsize=2)
+    done = object()
 
     def consume() -> None:
         for item in _native_batches(args):
@@ -150,8 +153,8 @@ def native_threads_way(args: argparse.Namespace, job: Job) -> int:
 
     def write() -> None:
         flushed = time.monotonic()
-        while (values := encoded.get()) is not None:
-            produce(values)
+        while (item := encoded.get()) is not done:
+            produce(item)
             if time.monotonic() - flushed >= FLUSH_EVERY_S:
                 flush()
                 flushed = time.monotonic()
@@ -161,14 +164,20 @@ def native_threads_way(args: argparse.Namespace, job: Job) -> int:
     for thread in threads:
         thread.start()
     seen = 0
-    while (item := consumed.get()) is not None:
-        values, metadata = item
-        encoded.put(job.transform(_decoded(job, values, metadata)))
+    while (batch := consumed.get()) is not None:
+        values, metadata = batch
+        for item in transform(values, metadata):
+            encoded.put(item)
         seen += len(values)
-    encoded.put(None)
+    encoded.put(done)
     for thread in threads:
         thread.join()
     return seen
+
+
+def native_threads_way(args: argparse.Namespace, job: Job) -> int:
+    produce, flush = _native_producer(args)
+    return _staged(args, lambda values, metadata: [job.transform(_decoded(job, values, metadata))], produce, flush)
 
 
 class _LazyLines:
@@ -215,39 +224,17 @@ def native_buffers_way(args: argparse.Namespace, job: Job) -> int:
     from epochline_native_spike import ColumnProducer
 
     producer = ColumnProducer(args.bootstrap, 5)
-    consumed: queue.Queue[tuple[pa.BinaryArray, list[pa.Array[Any]]] | None] = queue.Queue(maxsize=2)
-    encoded: queue.Queue[pa.Array[Any] | None] = queue.Queue(maxsize=2)
 
-    def consume() -> None:
-        for item in _native_batches(args):
-            consumed.put(item)
-        consumed.put(None)
-
-    def write() -> None:
-        flushed = time.monotonic()
-        while (column := encoded.get()) is not None:
-            if len(column):
-                _, offsets, data = column.buffers()
-                producer.produce_column(args.output, -1, data.to_pybytes(), offsets.to_pybytes())
-            if time.monotonic() - flushed >= FLUSH_EVERY_S:
-                producer.flush(30)
-                flushed = time.monotonic()
-        producer.flush(30)
-
-    threads = [threading.Thread(target=consume), threading.Thread(target=write)]
-    for thread in threads:
-        thread.start()
-    seen = 0
-    while (item := consumed.get()) is not None:
-        values, metadata = item
+    def transform(values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> list[pa.Array[Any]]:
         table = job.sql.process(pa.Table.from_batches([_decoded_from_buffer(job, values, metadata)]), None)
-        for out in table.to_batches():
-            encoded.put(_encoded_column(job, out))
-        seen += len(values)
-    encoded.put(None)
-    for thread in threads:
-        thread.join()
-    return seen
+        return [_encoded_column(job, out) for out in table.to_batches()]
+
+    def produce(column: pa.Array[Any]) -> None:
+        if len(column):
+            _, offsets, data = column.buffers()
+            producer.produce_column(args.output, -1, data.to_pybytes(), offsets.to_pybytes())
+
+    return _staged(args, transform, produce, lambda: producer.flush(30))
 
 
 WAYS = {"python": python_way, "native": native_way, "native-threads": native_threads_way,
