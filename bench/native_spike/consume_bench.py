@@ -8,13 +8,12 @@ librdkafka's included).
 from __future__ import annotations
 
 import argparse
-import resource
-import time
 import uuid
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from bench.native_spike.timing import report_run
 from connectors.source import RecordColumns
 
 BATCH = 10_000  # the source's max_batch_records default
@@ -66,13 +65,7 @@ def main() -> None:
     parser.add_argument("--way", choices=("python", "native"), required=True)
     args = parser.parse_args()
     way = python_way if args.way == "python" else native_way
-    started, cpu_before = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
-    seen = way(args.bootstrap, args.topic, args.partitions, args.records)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime
-    print(f"{args.way}: {seen:,} records in {wall:.2f} s = {seen / wall:,.0f} records/s, "
-          f"{cpu / seen * 1e6:.2f} µs CPU per record")
+    report_run(args.way, lambda: way(args.bootstrap, args.topic, args.partitions, args.records))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import queue
-import resource
 import tempfile
 import threading
 import time
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from bench.native_spike.timing import report_run
 from bench.workload import SQL, write_schema_files
 from connectors.admin import create_topic
 from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND, RecordColumns, decode_records
@@ -253,13 +253,7 @@ def main() -> None:
     create_topic(args.bootstrap, args.output, args.partitions)
     with tempfile.TemporaryDirectory() as schema_dir:
         job = Job(Path(schema_dir))
-        started, cpu_before = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
-        seen = WAYS[args.way](args, job)
-        wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime
-    print(f"{args.way}: {seen:,} records in {wall:.2f} s = {seen / wall:,.0f} records/s, "
-          f"{cpu / seen * 1e6:.2f} µs CPU per record ({cpu / wall:.2f} cores)")
+        report_run(args.way, lambda: WAYS[args.way](args, job))
 
 
 if __name__ == "__main__":

@@ -8,13 +8,12 @@ CPU from getrusage (every thread, librdkafka's included); both end with a flush.
 from __future__ import annotations
 
 import argparse
-import resource
-import time
 
 import orjson
 import pyarrow as pa
 from confluent_kafka import Producer
 
+from bench.native_spike.timing import report_run
 from sinks.produce import produce_all
 
 BATCH = 10_000
@@ -51,13 +50,13 @@ def main() -> None:
     parser.add_argument("--way", choices=("python", "native"), required=True)
     args = parser.parse_args()
     columns = batches(args.records)
-    started, cpu_before = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
-    (python_way if args.way == "python" else native_way)(args.bootstrap, args.topic, columns)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime
-    print(f"{args.way}: {args.records:,} records in {wall:.2f} s = {args.records / wall:,.0f} records/s, "
-          f"{cpu / args.records * 1e6:.2f} µs CPU per record")
+    way = python_way if args.way == "python" else native_way
+
+    def run() -> int:
+        way(args.bootstrap, args.topic, columns)
+        return args.records
+
+    report_run(args.way, run)
 
 
 if __name__ == "__main__":
