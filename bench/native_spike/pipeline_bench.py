@@ -1,9 +1,14 @@
-"""The benchmark's whole JSON job (decode, SQL, encode) in one process, with records moved between Kafka and
-Arrow three ways: confluent-kafka as the source and sink do today, the spike's native calls inline, and the
-native calls on two helper threads (they release the GIL, so consuming and producing overlap the main
-thread's decode, SQL and encode). The transform is epochline's own (``JsonFormat``, ``SqlOperator``); all
-three ways flush the producer every second (idempotent, no transaction: the spike has none; exactly-once
-and at-least-once runs of the engine differ by about 1% here). CPU from getrusage: every thread.
+"""The benchmark's whole JSON job (decode, SQL, encode) in one process, with its records moved between Kafka
+and Arrow in several ways, each ``--way``:
+
+- ``python``: confluent-kafka as the source and sink use it today (a Python object per record);
+- ``native``: the Rust spike's own clients (``src/lib.rs``), ``c``: the C functions of ``c/fastio.c`` on
+  confluent-kafka's clients; each inline, ``-threads`` (consuming and producing on threads of their own:
+  the calls release the GIL, so they overlap the main thread's decode, SQL and encode), or ``-buffers``
+  (threads, and no bytes object per record on either side).
+
+The transform is epochline's own (``JsonFormat``, ``SqlOperator``). Every way flushes the producer every
+second (idempotent, no transaction). CPU from getrusage (every thread).
 
     python bench/native_spike/pipeline_bench.py --bootstrap 127.0.0.1:9092 --topic T --records 3000000 --way python
 """
@@ -12,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import queue
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +66,22 @@ class Job:
         return values
 
 
+def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The source's settings (``connectors.source``) that matter here."""
+    return {"bootstrap.servers": args.bootstrap, "group.id": f"spike-{uuid.uuid4().hex}",
+            "enable.auto.commit": False, "isolation.level": "read_committed", **FETCH_DEFAULTS, **PREFETCH_BOUND}
+
+
+def _producer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The sink's settings (``sinks.writer.KafkaWriter``) that matter here, without a transaction."""
+    return {"bootstrap.servers": args.bootstrap, "linger.ms": 5, "batch.num.messages": 10_000,
+            "compression.type": "lz4", "enable.idempotence": True, "delivery.report.only.error": True}
+
+
 def python_way(args: argparse.Namespace, job: Job) -> int:
-    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"spike-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         **FETCH_DEFAULTS, **PREFETCH_BOUND})
+    consumer = Consumer(_consumer_config(args))
     consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(args.partitions)])
-    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "batch.num.messages": 10_000,
-                         "compression.type": "lz4", "enable.idempotence": True,
-                         "delivery.report.only.error": True})
+    producer = Producer(_producer_config(args))
     seen, flushed = 0, time.monotonic()
     while seen < args.records:
         first = consumer.poll(5.0)
@@ -86,22 +101,83 @@ def python_way(args: argparse.Namespace, job: Job) -> int:
     return seen
 
 
-def _native_batches(args: argparse.Namespace) -> Iterator[Batch]:
-    """The spike's consumer: each batch as the value column and the partition, offset and timestamp columns."""
-    from epochline_native_spike import ColumnConsumer
+@dataclass(frozen=True)
+class Ends:
+    """Where the records come from and go to: the Rust spike's own clients, or the C functions on
+    confluent-kafka's clients. ``produce`` takes an Arrow binary column; ``flush`` waits for delivery."""
 
-    consumer = ColumnConsumer(args.bootstrap, f"spike-{uuid.uuid4().hex}", args.topic, args.partitions)
-    seen = 0
-    while seen < args.records:
-        data, value_offsets, parts, offsets, stamps, count = consumer.poll_columns(BATCH, 5000)
-        if count == 0:
-            return
-        values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(value_offsets), pa.py_buffer(data)])
-        metadata = [pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(parts)]),
+    batches: Callable[[], Iterator[Batch]]
+    produce: Callable[[pa.Array[Any]], None]
+    flush: Callable[[], None]
+
+
+def _columns(count: int, data: bytes, value_offsets: bytes, parts: bytes, offsets: bytes,
+             stamps: bytes) -> Batch:
+    """A batch's buffers as the value column and the partition, offset and timestamp columns."""
+    values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(value_offsets), pa.py_buffer(data)])
+    return values, [pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(parts)]),
                     pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(offsets)]),
                     pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), count, [None, pa.py_buffer(stamps)])]
-        seen += count
-        yield values, metadata
+
+
+def rust_ends(args: argparse.Namespace) -> Ends:
+    from epochline_native_spike import ColumnConsumer, ColumnProducer
+
+    producer = ColumnProducer(args.bootstrap, 5)
+
+    def batches() -> Iterator[Batch]:
+        consumer = ColumnConsumer(args.bootstrap, f"spike-{uuid.uuid4().hex}", args.topic, args.partitions)
+        seen = 0
+        while seen < args.records:
+            data, value_offsets, parts, offsets, stamps, count = consumer.poll_columns(BATCH, 5000)
+            if count == 0:
+                return
+            seen += count
+            yield _columns(count, data, value_offsets, parts, offsets, stamps)
+
+    def produce(column: pa.Array[Any]) -> None:
+        if len(column):
+            _, offsets, data = column.buffers()
+            producer.produce_column(args.output, -1, data.to_pybytes(), offsets.to_pybytes())  # one copy each
+
+    return Ends(batches, produce, lambda: producer.flush(30))
+
+
+def c_ends(args: argparse.Namespace) -> Ends:
+    """``c/fastio.c`` (built by ``c/build.sh``) on the clients the source and sink use: confluent-kafka, the
+    same settings."""
+    sys.path.insert(0, str(Path(__file__).parent / "c"))
+    import fastio
+
+    producer = Producer(_producer_config(args))
+
+    def batches() -> Iterator[Batch]:
+        consumer = Consumer(_consumer_config(args))
+        consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(args.partitions)])
+        reader = fastio.ColumnReader(consumer)
+        reader.attach(args.topic, range(args.partitions))
+        seen = 0
+        while seen < args.records:
+            consumer.poll(0)  # rebalances and errors; the records go to the reader's queue
+            data, value_offsets, parts, offsets, stamps, count, error = reader.read(BATCH, 5000)
+            if error is not None:
+                raise RuntimeError(f"consuming {args.topic}: {error}")
+            if count == 0:
+                return
+            seen += count
+            yield _columns(count, data, value_offsets, parts, offsets, stamps)
+        reader.detach(args.topic, range(args.partitions))
+        while reader.read(BATCH, 0)[5]:  # records already fetched hold their partitions open
+            pass
+        consumer.close()
+
+    def produce(column: pa.Array[Any]) -> None:
+        _, offsets, data = column.buffers()
+        done = 0
+        while (done := fastio.produce_column(producer, args.output, data, offsets, done)) < len(column):
+            producer.poll(0.01)  # the queue is full: delivery reports free room
+
+    return Ends(batches, produce, lambda: producer.flush(30))
 
 
 def _decoded(job: Job, values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> pa.RecordBatch:
@@ -112,53 +188,38 @@ def _decoded(job: Job, values: pa.BinaryArray, metadata: list[pa.Array[Any]]) ->
                                       names=[*decoded.batch.schema.names, "_partition", "_offset", "_timestamp"])
 
 
-def _native_producer(args: argparse.Namespace) -> tuple[Callable[[list[bytes]], None], Callable[[], None]]:
-    from epochline_native_spike import ColumnProducer
-
-    producer = ColumnProducer(args.bootstrap, 5)
-
-    def produce(values: list[bytes]) -> None:
-        column = pa.array(values, pa.binary())
-        _, offsets, data = column.buffers()
-        producer.produce_column(args.output, -1, data.to_pybytes(), offsets.to_pybytes())  # one copy each
-
-    return produce, lambda: producer.flush(30)
-
-
-def native_way(args: argparse.Namespace, job: Job) -> int:
-    produce, flush = _native_producer(args)
+def _inline(ends: Ends, job: Job) -> int:
     seen, flushed = 0, time.monotonic()
-    for values, metadata in _native_batches(args):
-        produce(job.transform(_decoded(job, values, metadata)))
+    for values, metadata in ends.batches():
+        ends.produce(pa.array(job.transform(_decoded(job, values, metadata)), pa.binary()))
         seen += len(values)
         if time.monotonic() - flushed >= FLUSH_EVERY_S:
-            flush()
+            ends.flush()
             flushed = time.monotonic()
-    flush()
+    ends.flush()
     return seen
 
 
-def _staged(args: argparse.Namespace, transform: Callable[[pa.BinaryArray, list[pa.Array[Any]]], list[Any]],
-            produce: Callable[[Any], None], flush: Callable[[], None]) -> int:
+def _staged(ends: Ends, transform: Callable[[pa.BinaryArray, list[pa.Array[Any]]], list[Any]]) -> int:
     """Consuming and producing each on a thread of their own, two batches in flight between the stages; the
-    calling thread transforms each consumed batch into what ``produce`` takes."""
+    calling thread transforms each consumed batch into the columns to produce."""
     consumed: queue.Queue[Batch | None] = queue.Queue(maxsize=2)
     encoded: queue.Queue[Any] = queue.Queue(maxsize=2)
     done = object()
 
     def consume() -> None:
-        for item in _native_batches(args):
+        for item in ends.batches():
             consumed.put(item)
         consumed.put(None)
 
     def write() -> None:
         flushed = time.monotonic()
         while (item := encoded.get()) is not done:
-            produce(item)
+            ends.produce(item)
             if time.monotonic() - flushed >= FLUSH_EVERY_S:
-                flush()
+                ends.flush()
                 flushed = time.monotonic()
-        flush()
+        ends.flush()
 
     threads = [threading.Thread(target=consume), threading.Thread(target=write)]
     for thread in threads:
@@ -175,9 +236,10 @@ def _staged(args: argparse.Namespace, transform: Callable[[pa.BinaryArray, list[
     return seen
 
 
-def native_threads_way(args: argparse.Namespace, job: Job) -> int:
-    produce, flush = _native_producer(args)
-    return _staged(args, lambda values, metadata: [job.transform(_decoded(job, values, metadata))], produce, flush)
+def _threads(ends: Ends, job: Job) -> int:
+    """Consuming and producing on threads of their own; the values still a list of bytes in between."""
+    return _staged(ends, lambda values, metadata: [pa.array(job.transform(_decoded(job, values, metadata)),
+                                                            pa.binary())])
 
 
 class _LazyLines:
@@ -219,26 +281,23 @@ def _encoded_column(job: Job, batch: pa.RecordBatch) -> pa.Array[Any]:
     return column.combine_chunks()
 
 
-def native_buffers_way(args: argparse.Namespace, job: Job) -> int:
-    """``native-threads`` with no bytes object per record on either side (``_decoded_from_buffer``)."""
-    from epochline_native_spike import ColumnProducer
-
-    producer = ColumnProducer(args.bootstrap, 5)
+def _buffers(ends: Ends, job: Job) -> int:
+    """``_threads`` with no bytes object per record on either side (``_decoded_from_buffer``)."""
 
     def transform(values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> list[pa.Array[Any]]:
         table = job.sql.process(pa.Table.from_batches([_decoded_from_buffer(job, values, metadata)]), None)
         return [_encoded_column(job, out) for out in table.to_batches()]
 
-    def produce(column: pa.Array[Any]) -> None:
-        if len(column):
-            _, offsets, data = column.buffers()
-            producer.produce_column(args.output, -1, data.to_pybytes(), offsets.to_pybytes())
-
-    return _staged(args, transform, produce, lambda: producer.flush(30))
+    return _staged(ends, transform)
 
 
-WAYS = {"python": python_way, "native": native_way, "native-threads": native_threads_way,
-        "native-buffers": native_buffers_way}
+ENDS = {"native": rust_ends, "c": c_ends}
+STAGES = {"": _inline, "-threads": _threads, "-buffers": _buffers}
+WAYS: dict[str, Callable[[argparse.Namespace, Job], int]] = {
+    "python": python_way,
+    **{f"{end}{stage}": (lambda args, job, end=end, stage=stage: STAGES[stage](ENDS[end](args), job))
+       for end in ENDS for stage in STAGES},
+}
 
 
 def main() -> None:
