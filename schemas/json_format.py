@@ -269,6 +269,11 @@ class JsonFormat:
     # ----------------------------------------------------------------------------------------- encode
 
     def encode(self, batch: pa.RecordBatch) -> list[bytes]:
+        return cast(list[bytes], self.encode_column(batch).to_pylist())  # to_json of a row is never NULL
+
+    def encode_column(self, batch: pa.RecordBatch) -> pa.ChunkedArray[Any]:
+        """The rows as JSON values in an Arrow binary column, for a writer that takes Arrow buffers rather
+        than a ``bytes`` object per record."""
         if self._schema is not None:
             batch = conform_batch(batch, self._schema, fmt="json")
         else:
@@ -277,7 +282,7 @@ class JsonFormat:
                 if found:
                     raise EncodeError(f"json encode: column {found} has no JSON representation")
         if batch.num_rows == 0:
-            return []
+            return pa.chunked_array([], pa.binary())
         printable = pa.Table.from_batches([map_batch_leaves(batch, wire_schema(batch.schema), value_to_text)])
         with self._duckdb_lock:
             if self._duckdb is None:
@@ -287,7 +292,7 @@ class JsonFormat:
                 result = self._duckdb.sql("SELECT to_json(encode_rows)::BLOB FROM encode_rows").to_arrow_table()
             finally:
                 self._duckdb.unregister("encode_rows")
-        return cast(list[bytes], result.column(0).to_pylist())  # to_json of a row is never NULL
+        return cast("pa.ChunkedArray[Any]", result.column(0))
 
 
 def _ndjson(lines: list[bytes]) -> bytes:

@@ -26,9 +26,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,12 +36,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from bench.native_spike.timing import report_run
 from bench.workload import SQL, write_schema_files
 from connectors.admin import create_topic
+from connectors.metadata import METADATA_FIELDS
 from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND, RecordColumns, decode_records
 from engine.transforms.sql import SqlOperator
 from schemas import Format, json_format
-from schemas.arrow_batches import conform_batch, map_batch_leaves
 from schemas.factory import FormatSpec, make_format
-from schemas.json_wire import value_to_text, wire_schema
+from schemas.json_format import JsonFormat
 from sinks.produce import produce_all
 
 BATCH = 10_000  # the source's max_batch_records default
@@ -56,7 +55,7 @@ class Job:
     def __init__(self, schema_dir: Path) -> None:
         input_schema, output_schema = write_schema_files(schema_dir)
         self.input: Format = make_format(FormatSpec(format="json", schema=input_schema))
-        self.output: Format = make_format(FormatSpec(format="json", schema=output_schema))
+        self.output = cast(JsonFormat, make_format(FormatSpec(format="json", schema=output_schema)))
         self.sql = SqlOperator(SQL)
 
     def transform(self, batch: pa.RecordBatch) -> list[bytes]:
@@ -181,12 +180,17 @@ def c_ends(args: argparse.Namespace) -> Ends:
     return Ends(batches, produce, lambda: producer.flush(30))
 
 
+def _with_metadata(batch: pa.RecordBatch, metadata: list[pa.Array[Any]]) -> pa.RecordBatch:
+    """The decoded values beside the partition, offset and timestamp columns, named as the source names them."""
+    names = [field.name for field in METADATA_FIELDS[:len(metadata)]]
+    return pa.RecordBatch.from_arrays([*batch.columns, *metadata], names=[*batch.schema.names, *names])
+
+
 def _decoded(job: Job, values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> pa.RecordBatch:
     decoded = job.input.decode(values.to_pylist())
     if len(decoded.indices) != len(values):
         raise RuntimeError("the spike's input has no bad records")
-    return pa.RecordBatch.from_arrays([*decoded.batch.columns, *metadata],
-                                      names=[*decoded.batch.schema.names, "_partition", "_offset", "_timestamp"])
+    return _with_metadata(decoded.batch, metadata)
 
 
 def _inline(ends: Ends, job: Job) -> int:
@@ -268,8 +272,7 @@ def _decoded_from_buffer(job: Job, values: pa.BinaryArray, metadata: list[pa.Arr
         raise RuntimeError("the spike's input is plain JSON objects, one per record")
     fmt: Any = job.input
     piece = fmt._parse(list(range(len(values))), _LazyLines(values), buffer, longest)
-    return pa.RecordBatch.from_arrays([*piece.batch.columns, *metadata],
-                                      names=[*piece.batch.schema.names, "_partition", "_offset", "_timestamp"])
+    return _with_metadata(piece.batch, metadata)
 
 
 def _is_one_object_per_line(values: pa.BinaryArray, buffer: bytes, longest: int) -> bool:
@@ -283,24 +286,12 @@ def _is_one_object_per_line(values: pa.BinaryArray, buffer: bytes, longest: int)
                 and not json_format._has_long_digit_run(buffer))
 
 
-def _encoded_column(job: Job, batch: pa.RecordBatch) -> pa.Array[Any]:
-    """``JsonFormat.encode`` up to its last step: the JSON values as an Arrow column, not a list of bytes."""
-    fmt: Any = job.output
-    batch = conform_batch(batch, fmt.arrow_schema, fmt="json")
-    printable = pa.Table.from_batches([map_batch_leaves(batch, wire_schema(batch.schema), value_to_text)])
-    connection = fmt._duckdb = fmt._duckdb or duckdb.connect()
-    connection.register("encode_rows", printable)
-    column = connection.sql("SELECT to_json(encode_rows)::BLOB FROM encode_rows").to_arrow_table().column(0)
-    connection.unregister("encode_rows")
-    return column.combine_chunks()
-
-
 def _buffers(ends: Ends, job: Job) -> int:
     """``_threads`` with no bytes object per record on either side (``_decoded_from_buffer``)."""
 
     def transform(values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> list[pa.Array[Any]]:
         table = job.sql.process(pa.Table.from_batches([_decoded_from_buffer(job, values, metadata)]), None)
-        return [_encoded_column(job, out) for out in table.to_batches()]
+        return [job.output.encode_column(out).combine_chunks() for out in table.to_batches()]
 
     return _staged(ends, transform)
 

@@ -15,6 +15,7 @@ import pytest
 
 from schemas import DecodeFailure, EncodeError, FormatSpec, SchemaError, make_format
 from schemas.base import Format
+from schemas.json_format import JsonFormat
 from schemas.json_schema import json_schema_to_arrow
 from tests.helpers.schema_samples import ALL_TYPES_AVSC, FIELDS_WITHOUT_JSON_FORM, all_types_rows
 
@@ -121,6 +122,15 @@ def test_non_finite_floats_are_written_as_null() -> None:
     fmt = make_format(FormatSpec("json"))
     batch = pa.RecordBatch.from_pydict({"x": [float("nan"), float("inf"), 1.0]})
     assert fmt.encode(batch) == [b'{"x":null}', b'{"x":null}', b'{"x":1.0}']
+
+
+def test_encode_column_holds_the_values_encode_returns_as_one_binary_column(orders: Format) -> None:
+    assert isinstance(orders, JsonFormat)
+    batch = pa.RecordBatch.from_pylist(order_rows(50), schema=orders.arrow_schema)
+    column = orders.encode_column(batch)
+    assert column.type == pa.binary()
+    assert column.to_pylist() == orders.encode(batch)
+    assert orders.encode_column(batch.slice(0, 0)).to_pylist() == []
 
 
 def test_encode_of_a_column_without_json_form_names_it() -> None:
