@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: setup kafka demo lint test bench clean
 
-$(BIN)/epochline: pyproject.toml
+$(BIN)/epochline: pyproject.toml connectors/_native_io.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev]"

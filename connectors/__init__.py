@@ -1,6 +1,9 @@
 """Kafka source connectors: a topic's partitions read into Arrow record batches, positions as SourceCheckpoints.
 
 - ``source``: ``KafkaSource`` (read_committed batches, an exact cut, committed offsets);
+- ``fetched``: what its consumer fetched as Arrow columns (``RecordColumns``), and the two ways to fetch;
+- ``native_io`` (C: ``_native_io.c``): records moved between librdkafka and Arrow buffers with no Python object
+  per record, used by sources and the exactly-once sink when it was built;
 - ``checkpoint``: ``SourceCheckpoint``, a source's cut (partition -> next offset);
 - ``metadata``: the ``__kafka_*`` columns every batch carries;
 - ``offset_metadata``: what a committed offset's metadata string says (checkpoint id, batch item);

@@ -29,29 +29,22 @@ from __future__ import annotations
 
 import logging
 import time
-from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
-from typing import Any, Literal, Protocol, Self, cast
+from typing import Literal, Protocol, Self
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.admin import CLIENT_LOGGER, TopicAdminError, committed_offsets, watermark_offsets
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
-from connectors.metadata import METADATA_COLUMNS, METADATA_FIELDS, with_metadata_fields
+from connectors.fetched import Fetched, PartitionEvent, RecordColumns, make_fetcher
+from connectors.metadata import METADATA_COLUMNS, with_metadata_fields
 from connectors.watermarks import WatermarkTracker, observe_batch
 from schemas import Format, FormatSpec, make_format
-from schemas.base import Decoded, SchemaError
+from schemas.base import Decoded, SchemaError, decode_column
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +182,10 @@ class KafkaSource:
         self._cooperative = (_uses_consumer_protocol(config)
                              or "cooperative" in str(config.get("partition.assignment.strategy")))
         self._consumer = Consumer(config)
+        self._fetcher = make_fetcher(self._consumer, settings.topic, settings.max_batch_records)
         self._partitions: list[int] | None = None
         self._positions: dict[int, int] = {}
-        self._pending: list[Message] = []
+        self._pending = Fetched.nothing()
         self._listener: PartitionListener | None = None
         self._staged_seeks: dict[int, int] = {}
         self._group_checked_at = float("-inf")
@@ -266,7 +260,7 @@ class KafkaSource:
             offsets = {p: o for p, o in self._checked_offsets(checkpoint).items() if p in self._positions}
             self._staged_seeks.update(offsets)
             self._positions.update(offsets)
-            self._pending = [m for m in self._pending if m.partition() not in offsets]
+            self._pending = self._pending.without(set(offsets))
         log.info("source restored", extra={"source": self.name, "topic": self.settings.topic,
                                            "offsets": dict(checkpoint.offsets)})
 
@@ -285,8 +279,9 @@ class KafkaSource:
         start = {p: starts[p] if p in starts else self.start_offset(p) for p in partitions}
         # Anything still buffered for these partitions was fetched under an earlier ownership: handing it out
         # now would skip from the committed offset to wherever that fetch had got.
-        self._pending = [m for m in self._pending if m.partition() not in start]
+        self._pending = self._pending.without(set(start))
         positioned = [TopicPartition(self.settings.topic, p, start[p]) for p in partitions]
+        self._fetcher.attach(partitions)
         self._change_assignment(consumer, positioned, add=True)
         if self._paused:
             consumer.pause(positioned)
@@ -300,6 +295,7 @@ class KafkaSource:
         if partitions and self._listener is not None:
             self._listener.revoked(self.name, partitions)
         self._forget(partitions)
+        self._fetcher.detach(partitions)
         self._change_assignment(consumer, revoked, add=False)
         log.info("partitions revoked", extra={"source": self.name, "topic": self.settings.topic,
                                               "partitions": partitions})
@@ -309,6 +305,7 @@ class KafkaSource:
         if partitions and self._listener is not None:
             self._listener.lost(self.name, partitions)
         self._forget(partitions)
+        self._fetcher.detach(partitions)
         self._change_assignment(consumer, lost, add=False)
         log.warning("partitions lost", extra={"source": self.name, "topic": self.settings.topic,
                                               "partitions": partitions})
@@ -327,7 +324,7 @@ class KafkaSource:
         for partition in gone:
             self._positions.pop(partition, None)
             self._staged_seeks.pop(partition, None)
-        self._pending = [m for m in self._pending if m.partition() not in gone]
+        self._pending = self._pending.without(gone)
         self.watermarks.remove(gone)
 
     def _apply_staged_seeks(self) -> None:
@@ -348,6 +345,7 @@ class KafkaSource:
         if not self._closed:
             self._closed = True
             self._listener = None
+            self._fetcher.close()
             self._consumer.close()
 
     def __enter__(self) -> Self:
@@ -385,11 +383,12 @@ class KafkaSource:
         start = {p: offsets[p] if p in offsets else self.start_offset(p) for p in self.partitions()}
         topic = self.settings.topic
         self._consumer.unassign()
+        self._fetcher.attach(list(start))
         self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
         if self._paused:
             self._consumer.pause(self._consumer.assignment())
         self._positions = start
-        self._pending = []
+        self._pending = Fetched.nothing()
 
     def _checked_offsets(self, checkpoint: SourceCheckpoint) -> Mapping[int, int]:
         if checkpoint.source != self.name or checkpoint.topic != self.settings.topic:
@@ -422,80 +421,57 @@ class KafkaSource:
         if self._staged_seeks:
             self._apply_staged_seeks()
         if not self._pending:
-            self._pending = self._owned_only(self._fetch(timeout))
-        take, value_bytes = self._records_that_fit(self._pending)
-        taken = self._pending[:take]
-        events = [m for m in taken if m.error() is not None]
-        ends = self._ends_reached(events)
-        records = [m for m in taken if m.error() is None] if events else taken
-        if events:
-            value_bytes -= sum(map(len, events))  # an event's "value" is its error text, not a record's bytes
-        columns = RecordColumns.of(records)
-        source_batch = self._to_source_batch(columns, value_bytes) if records else None
-        self._pending = self._pending[take:]
+            self._pending = self._owned_only(self._fetcher.fetch(timeout))
+        taken, rest = self._pending.split(self._records_that_fit(self._pending.records))
+        ends = self._ends_reached(taken.events)
+        columns = taken.records
+        source_batch = self._to_source_batch(columns) if len(columns) else None
+        self._pending = rest
         self._advance(columns, ends)
         return source_batch
 
-    def _fetch(self, timeout: float) -> list[Message]:
-        """``consume(n, timeout)`` waits out its whole timeout unless n messages arrive, so wait for one
-        message with ``poll`` and add what is already fetched with a non-blocking ``consume``."""
-        first = self._consumer.poll(timeout)
-        if first is None:
-            return []
-        if self.settings.max_batch_records == 1:
-            return [first]
-        return [first, *self._consumer.consume(self.settings.max_batch_records - 1, 0)]
-
-    def _owned_only(self, messages: list[Message]) -> list[Message]:
+    def _owned_only(self, fetched: Fetched) -> Fetched:
         """Drop what a rebalance callback (run inside this fetch) made stale: records of partitions given
         away, or of partitions whose rewind is staged (they are read again after the seek)."""
         if self._listener is None:
-            return messages
+            return fetched
         rewound = set(self._staged_seeks)
-        partitions = set(map(Message.partition, messages))
-        if partitions.issubset(self._positions) and partitions.isdisjoint(rewound):
-            fresh = messages  # the common case, checked per partition rather than per record
-        else:
-            fresh = [m for m in messages if m.partition() in self._positions and m.partition() not in rewound]
+        fresh = fetched.without((fetched.partitions() - set(self._positions)) | rewound)
         if rewound:
             self._apply_staged_seeks()
         return fresh
 
-    def _records_that_fit(self, messages: list[Message]) -> tuple[int, int]:
-        """How many of ``messages`` to hand out (at least one), and the bytes of their values (events
-        included: ``poll_batch`` takes theirs back out, which is cheaper than asking every record)."""
-        if not messages:
-            return 0, 0
-        value_bytes = list(accumulate(map(len, messages)))
-        take = max(1, bisect_right(value_bytes, self.settings.max_batch_bytes))
-        return take, value_bytes[take - 1]
+    def _records_that_fit(self, records: RecordColumns) -> int:
+        """How many of ``records`` to hand out: at least one, else as many as fit in ``max_batch_bytes``."""
+        if not len(records):
+            return 0
+        value_bytes = np.cumsum(records.value_lengths())
+        return max(1, int(np.searchsorted(value_bytes, self.settings.max_batch_bytes, side="right")))
 
-    def _ends_reached(self, events: list[Message]) -> dict[int, int]:
+    def _ends_reached(self, events: Sequence[PartitionEvent]) -> dict[int, int]:
         """End-of-partition offsets from the EOF events; any other error is raised or logged."""
         ends: dict[int, int] = {}
         for event in events:
-            error = cast(KafkaError, event.error())  # events are the messages whose error() is set
-            partition = cast(int, event.partition())
+            error = event.error
             if error.code() == KafkaError._PARTITION_EOF:
-                ends[partition] = cast(int, event.offset())
+                ends[event.partition] = event.offset
             elif error.fatal() or error.code() in UNAVAILABLE_ERRORS | MISSING_TOPIC_ERRORS | NOT_AUTHORIZED_ERRORS:
-                where = f"topic {event.topic()!r} partition {event.partition()} on {self.bootstrap}"
+                where = f"topic {self.settings.topic!r} partition {event.partition} on {self.bootstrap}"
                 raise (_permanent_error(self.name, where, error)
                        or SourceUnavailable(f"source {self.name!r}: {where}: {error.str()}"))
             else:
-                log.warning("consumer error", extra={"source": self.name, "topic": event.topic(),
-                                                     "partition": event.partition(), "error": error.str()})
+                log.warning("consumer error", extra={"source": self.name, "topic": self.settings.topic,
+                                                     "partition": event.partition, "error": error.str()})
         return ends
 
     def _advance(self, columns: RecordColumns, ends: Mapping[int, int]) -> None:
-        last_handed_out = dict(zip(columns.partitions, columns.offsets))
-        for partition, offset in (*((p, o + 1) for p, o in last_handed_out.items()), *ends.items()):
+        for partition, offset in (*columns.next_offsets().items(), *ends.items()):
             if partition in self._positions and offset > self._positions[partition]:
                 self._positions[partition] = offset
 
-    def _to_source_batch(self, columns: RecordColumns, value_bytes: int) -> SourceBatch:
+    def _to_source_batch(self, columns: RecordColumns) -> SourceBatch:
         return decode_records(self.name, self.settings.topic, self.format, columns, on_error=self.settings.on_error,
-                              value_bytes=value_bytes)
+                              value_bytes=columns.value_bytes())
 
     def observe_event_times(self, batch: pa.RecordBatch) -> None:
         """Advance the watermark with a batch's event times. Not done inside ``poll_batch``: the engine
@@ -533,7 +509,7 @@ class KafkaSource:
         commit marker written after the partition-EOF event was sent, or a trailing aborted transaction,
         brings no new EOF event). Only for partitions with nothing buffered: everything the consumer
         returned for them is handed out, so its position is an exact cut too."""
-        buffered = {m.partition() for m in self._pending}
+        buffered = self._pending.partitions()
         asked = [TopicPartition(self.settings.topic, p) for p in partitions if p not in buffered]
         if asked:
             for tp in self._consumer.position(asked):
@@ -628,10 +604,8 @@ def decode_records(source: str, topic: str, value_format: Format, columns: Recor
     ``DeadLetter`` (original bytes, reason) for each record that does not decode, or ``PoisonRecord`` for
     the first one when ``on_error`` is ``halt``. Kafka sources and the broker-free test driver both decode
     here, so a test on the driver sees what a run sees."""
-    decoded = value_format.decode(columns.values)
-    dead_letters = [DeadLetter(topic, columns.partitions[f.index], columns.offsets[f.index],
-                               columns.keys[f.index], columns.values[f.index], f.reason, "decode")
-                    for f in decoded.failures]
+    decoded = decode_column(value_format, columns.values)
+    dead_letters = [DeadLetter(topic, *columns.record(f.index), f.reason, "decode") for f in decoded.failures]
     if dead_letters:
         if on_error == "halt":
             raise PoisonRecord(dead_letters[0])
@@ -651,36 +625,3 @@ def _with_metadata(source: str, topic: str, decoded: Decoded, columns: RecordCol
         arrays = [array.take(rows) for array in arrays]
     schema = with_metadata_fields(decoded.batch.schema)
     return pa.RecordBatch.from_arrays([*decoded.batch.columns, *arrays], schema=schema)
-
-
-@dataclass
-class RecordColumns:
-    """Records' fields as plain lists: the only per-record Python work a source does. ``timestamps`` are
-    epoch ms, -1 for none (as Kafka reports a missing timestamp)."""
-
-    values: list[bytes | None]
-    keys: list[bytes | None]
-    partitions: list[int]
-    offsets: list[int]
-    timestamps: list[int]
-
-    @classmethod
-    def of(cls, records: list[Message]) -> RecordColumns:
-        return cls(values=[m.value() for m in records], keys=[m.key() for m in records],
-                   partitions=cast(list[int], [m.partition() for m in records]),
-                   offsets=cast(list[int], [m.offset() for m in records]),
-                   timestamps=[m.timestamp()[1] for m in records])
-
-    def metadata_arrays(self) -> list[pa.Array[Any]]:
-        """``METADATA_COLUMNS`` as Arrow arrays, in that order."""
-        partition, offset, timestamp, key = (f.type for f in METADATA_FIELDS)
-        return [pa.array(self.partitions, partition), pa.array(self.offsets, offset),
-                _null_where_negative(pa.array(self.timestamps, timestamp)), pa.array(self.keys, key)]
-
-
-def _null_where_negative(timestamps: pa.Array[Any]) -> pa.Array[Any]:
-    """Kafka reports a missing record timestamp as -1; make it null rather than 1969-12-31T23:59:59.999."""
-    negative = pc.less(timestamps.cast(pa.int64()), pa.scalar(0, pa.int64()))
-    if not pc.any(negative).as_py():
-        return timestamps
-    return cast("pa.Array[Any]", pc.if_else(negative, pa.scalar(None, timestamps.type), timestamps))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -56,6 +56,32 @@ class Format(Protocol):
 
     def encode(self, batch: pa.RecordBatch) -> Sequence[bytes | None]:
         """Encode every row of ``batch`` as one message value (None: a tombstone, for formats that write them)."""
+
+
+@runtime_checkable
+class ColumnFormat(Protocol):
+    """A format that also reads and writes values as an Arrow binary column (no bytes object per value)."""
+
+    def decode_column(self, values: pa.BinaryArray) -> Decoded:
+        """``decode`` of the column's values."""
+
+    def encode_column(self, batch: pa.RecordBatch) -> pa.ChunkedArray[Any]:
+        """``encode``'s values as a binary column."""
+
+
+def decode_column(value_format: Format, values: pa.BinaryArray) -> Decoded:
+    """Decode the values of an Arrow binary column: in bulk by a format that reads columns, else one bytes
+    object per value through ``decode``."""
+    if isinstance(value_format, ColumnFormat):
+        return value_format.decode_column(values)
+    return value_format.decode(values.to_pylist())
+
+
+def encode_column(value_format: Format, batch: pa.RecordBatch) -> pa.ChunkedArray[Any]:
+    """``encode`` as an Arrow binary column (nulls are tombstones)."""
+    if isinstance(value_format, ColumnFormat):
+        return value_format.encode_column(batch)
+    return pa.chunked_array([pa.array(value_format.encode(batch), pa.binary())], pa.binary())
 
 
 class EncodeError(ValueError):

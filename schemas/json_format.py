@@ -42,9 +42,10 @@ import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import duckdb
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -101,9 +102,30 @@ class _Piece:
 class _Framed:
     """Payloads joined for Arrow's reader in one go: one per line, each from its '{' to its '}'."""
 
-    lines: list[bytes]
+    lines: Sequence[bytes]
     buffer: bytes
     longest: int
+
+
+class _ColumnValues(Sequence[bytes]):
+    """An Arrow binary column's values as bytes objects, made only when one is looked at (the bulk path
+    looks at none unless a row breaks the schema)."""
+
+    def __init__(self, values: pa.BinaryArray) -> None:
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(index, slice):
+            return cast(list[bytes], self._values[index].to_pylist())
+        return self._values[index].as_py()
 
 
 class JsonFormat:
@@ -146,26 +168,42 @@ class JsonFormat:
         decoded = pieces[0].indices if len(pieces) == 1 else [i for piece in pieces for i in piece.indices]
         return Decoded(self._combine(pieces), decoded, failures)
 
+    def decode_column(self, values: pa.BinaryArray) -> Decoded:
+        """``decode`` of an Arrow binary column's values. The common batch (no null, each value exactly one
+        object, ``_framed_column``) is joined by an Arrow kernel and parsed with no bytes object per value;
+        any other goes through ``decode``, so a value's verdict is the same either way."""
+        framed = _framed_column(values)
+        piece = self._in_bulk(list(range(len(values))), framed) if framed is not None else None
+        if piece is None:
+            return self.decode(values.to_pylist())
+        return Decoded(piece.batch, piece.indices, piece.failures)
+
     def _decode_lines(self, indices: list[int], lines: list[bytes]) -> list[_Piece]:
         if not lines:
             return [_Piece([], self._empty())]
         framed = _framed(lines)
-        # without a schema, Arrow keeps every member: what it reads laxer than orjson shows in its values
-        typed = self._schema is not None
-        if framed is not None and _is_plain_json(framed, scan_tokens=typed):
-            try:
-                piece = self._parse(indices, framed.lines, framed.buffer, framed.longest)
-                if typed or not _has_non_finite(piece.batch.columns):
-                    return [piece]
-            except _ARROW_REJECTIONS:
-                pass
+        piece = self._in_bulk(indices, framed) if framed is not None else None
+        if piece is not None:
+            return [piece]
         # payload by payload: orjson refuses what Arrow must not see, and what Arrow reads laxer than orjson
         screened, good_indices, good_lines = self._screen(indices, lines)
         pieces: list[_Piece] = [_Piece([], self._empty(), screened)]
         self._bisect(good_indices, good_lines, pieces)
         return pieces
 
-    def _parse(self, indices: list[int], lines: list[bytes], buffer: bytes | None = None,
+    def _in_bulk(self, indices: list[int], framed: _Framed) -> _Piece | None:
+        """The framed payloads parsed in one Arrow call, or None when they need the per-payload path."""
+        # without a schema, Arrow keeps every member: what it reads laxer than orjson shows in its values
+        typed = self._schema is not None
+        if not _is_plain_json(framed, scan_tokens=typed):
+            return None
+        try:
+            piece = self._parse(indices, framed.lines, framed.buffer, framed.longest)
+        except _ARROW_REJECTIONS:
+            return None
+        return piece if typed or not _has_non_finite(piece.batch.columns) else None
+
+    def _parse(self, indices: list[int], lines: Sequence[bytes], buffer: bytes | None = None,
                longest: int | None = None) -> _Piece:
         """Parse all ``lines`` in one Arrow call; raises if Arrow rejects any of them.
 
@@ -173,7 +211,7 @@ class JsonFormat:
         also give ``buffer`` and ``longest``): Arrow's reader crashes the process on a first record ``null``."""
         if not lines:
             return _Piece([], self._empty())
-        buffer = _ndjson(lines) if buffer is None else buffer
+        buffer = _ndjson(list(lines)) if buffer is None else buffer
         longest = max(map(len, lines)) if longest is None else longest
         # One block, one thread: the whole batch is parsed in one pass. Arrow's default (blocks parsed on its
         # thread pool) is faster on an idle machine but costs a third more CPU per record (1.42 against
@@ -191,7 +229,7 @@ class JsonFormat:
             return _Piece(indices, batch)
         return self._typed_piece(indices, lines, batch, self._schema)
 
-    def _typed_piece(self, indices: list[int], lines: list[bytes], batch: pa.RecordBatch,
+    def _typed_piece(self, indices: list[int], lines: Sequence[bytes], batch: pa.RecordBatch,
                      schema: pa.Schema) -> _Piece:
         failures = []
         batch = batch.select(schema.names)
@@ -323,6 +361,24 @@ def _framed(lines: list[bytes]) -> _Framed | None:
         if not _is_framed(buffer, lines):
             return None
     return _Framed(lines, buffer, max(map(len, lines)))
+
+
+def _framed_column(values: pa.BinaryArray) -> _Framed | None:
+    """``_framed`` of a column's values when they need no whitespace stripped and none is null, made by Arrow
+    kernels over the column (the values joined once, no bytes object per value); else None."""
+    if not len(values) or values.null_count:
+        return None
+    ends = pc.binary_slice(values, -1)
+    if not pc.all(pc.equal(ends, pa.scalar(b"}", pa.binary()))).as_py():  # an empty value too
+        return None
+    joined = pc.call_function("binary_join_element_wise", [values, pa.scalar(b""), pa.scalar(b"\n")])
+    _, offsets, data = joined.buffers()
+    bounds = np.frombuffer(offsets, np.int32)
+    start, end = int(bounds[joined.offset]), int(bounds[joined.offset + len(joined)])
+    buffer = data[start:end - 1].to_pybytes()  # without the last line break, as b"\n".join makes it
+    if not buffer.startswith(b"{") or b"\r" in buffer or _matches(buffer, _LINE_START):
+        return None
+    return _Framed(_ColumnValues(values), buffer, int(pc.max(pc.binary_length(values)).as_py() or 0))
 
 
 def _is_framed(buffer: bytes, lines: list[bytes]) -> bool:

@@ -12,6 +12,7 @@ passed in (``before_commit``).
 
 from sinks.at_least_once import AtLeastOnceKafkaSink
 from sinks.errors import (
+    CallAbandoned,
     CallInterrupted,
     EpochAborted,
     ProducerFenced,
@@ -35,6 +36,7 @@ from sinks.writer import (
 
 __all__ = [
     "AtLeastOnceKafkaSink",
+    "CallAbandoned",
     "CallInterrupted",
     "EncodedRows",
     "EpochAborted",

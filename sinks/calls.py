@@ -10,11 +10,13 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaException
 
-from sinks.errors import CallInterrupted, ProducerWedged, SinkError, classify
+from sinks.errors import CallAbandoned, CallInterrupted, ProducerWedged, SinkError, classify
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+INTERRUPT_CHECK_S = 0.1
+"""How often ``within_deadline`` asks whether a stop was requested while its call is in flight."""
 
 
 def with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0,
@@ -39,14 +41,18 @@ def with_retries(call: Callable[[], T], what: str, deadline_s: float = 120.0,
             backoff = min(backoff * 2, 2.0)
 
 
-def within_deadline(call: Callable[[], T], what: str, deadline_s: float) -> T:
-    """Run a blocking librdkafka call on a helper thread and give up on it after ``deadline_s``.
+def within_deadline(call: Callable[[], T], what: str, deadline_s: float,
+                    interrupted: Callable[[], bool] = lambda: False) -> T:
+    """Run a blocking librdkafka call on a helper thread and give up on it after ``deadline_s``, or as soon as
+    a stop is requested (``interrupted``).
 
     Why: ``send_offsets_to_transaction`` can block past its own timeout when the group coordinator
-    restarts (librdkafka issues #5456, #5511). A call that never returns would freeze the connector with
-    its transaction open, holding back every read_committed reader. Giving up raises ``ProducerWedged``:
-    the connector then restarts from the last committed checkpoint with a new producer, whose
-    ``init_transactions`` fences the wedged one.
+    restarts (librdkafka issues #5456, #5511), and when the transaction coordinator is gone it waits out its
+    request timeout (20 s) whatever timeout it was given. A call that never returns would freeze the
+    connector with its transaction open, holding back every read_committed reader. Giving up raises
+    ``ProducerWedged``: the connector then restarts from the last committed checkpoint with a new producer,
+    whose ``init_transactions`` fences the wedged one. A stop requested meanwhile raises ``CallAbandoned``:
+    the process stops at once instead of after the call, and the next start fences the producer the same way.
     """
     outcome: dict[str, object] = {}
 
@@ -58,7 +64,11 @@ def within_deadline(call: Callable[[], T], what: str, deadline_s: float) -> T:
 
     worker = threading.Thread(target=run, name=f"epochline-{what}", daemon=True)
     worker.start()
-    worker.join(deadline_s)
+    deadline = time.monotonic() + deadline_s
+    while worker.is_alive() and time.monotonic() < deadline:
+        worker.join(min(INTERRUPT_CHECK_S, max(0.0, deadline - time.monotonic())))
+        if worker.is_alive() and interrupted():
+            raise CallAbandoned(f"{what}: stop requested while the call was in flight; the producer is abandoned")
     if worker.is_alive():
         raise ProducerWedged(f"{what} did not return within {deadline_s:.0f}s; restarting with a new producer")
     if "error" in outcome:

@@ -47,6 +47,12 @@ class CallInterrupted(SinkError):
     """A stop was requested while a call was being retried: nothing was committed by it."""
 
 
+class CallAbandoned(CallInterrupted):
+    """A stop was requested while a librdkafka call was in flight: the call is left to finish on its own
+    thread and the producer is not used again. Whether a commit in flight went through, Kafka says at the
+    next start (the transaction is the commit point); an open epoch is aborted by its ``init_transactions``."""
+
+
 def not_authorized(what: str, error: KafkaError) -> SinkNotAuthorized:
     return SinkNotAuthorized(f"{what}: not authorized, the principal needs {NOT_AUTHORIZED_CODES[error.code()]} "
                              f"({error.name()}: {error.str()})")

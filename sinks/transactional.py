@@ -6,6 +6,11 @@ old instance. So a "prepare at the barrier, commit later" sink loses the epoch w
 between. Instead, one Kafka transaction holds one checkpoint epoch: the epoch's output records, its
 dead-letter records, and the source offsets with the checkpoint id in their metadata. When
 ``commit_transaction`` returns, the epoch exists; before that, nothing of it does.
+
+Output rows go to librdkafka through the C module when it is there (``connectors.native_io``), as Arrow
+columns with no Python object per record. That is safe here and only here: such records are not reported to
+the delivery callback, but a failed one puts the transaction in an abortable state, so the epoch's commit
+fails and nothing of it becomes visible (``EpochAborted``, or the specific error, e.g. not authorized).
 """
 
 from __future__ import annotations
@@ -13,14 +18,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
 
+from connectors.native_io import native_io
 from schemas import Format
 from sinks.calls import with_retries, within_deadline
-from sinks.errors import ProducerWedged, SinkError
-from sinks.writer import KafkaWriter, OffsetCommit, SinkSettings
+from sinks.errors import CallAbandoned, ProducerWedged, SinkError
+from sinks.produce import produce_column
+from sinks.writer import KafkaWriter, OffsetCommit, Produced, SinkSettings, encode_columns, produced_column
 
 log = logging.getLogger(__name__)
+
+TXN_CALL_S = 5.0
+"""How long one ``send_offsets_to_transaction`` or ``commit_transaction`` call waits. A call that times out
+is retried (librdkafka resumes the operation in flight) until ``with_retries``' deadline, so a slow commit
+still completes; short calls let a stop signal end the retries within seconds. One long call did not: with
+the transaction coordinator gone, ``send_offsets_to_transaction`` waited out its 20 s request timeout."""
 
 
 class TransactionalKafkaSink(KafkaWriter):
@@ -39,6 +53,21 @@ class TransactionalKafkaSink(KafkaWriter):
         self._before_commit = before_commit
         self._in_transaction = False
         self._wedged = False
+        self._native = native_io()
+
+    def write(self, table: pa.Table) -> Produced:
+        """Encode and produce every row, through the C module when it is there."""
+        if self._native is None or table.num_rows == 0:
+            return super().write(table)
+        topic = self.settings.topic
+        total = Produced(0, 0)
+        for values, keys in encode_columns(table, self._format, self.settings):
+            try:
+                produce_column(self._native, self.producer, topic, values, keys)
+            except KafkaException as exc:  # e.g. fenced, or no transaction open
+                raise self._produce_failure(exc, f"producing to topic {topic!r}") from exc
+            total = total + produced_column(values)
+        return total
 
     def start(self) -> None:
         """Fence every earlier instance and abort whatever it left open (``init_transactions``)."""
@@ -71,18 +100,18 @@ class TransactionalKafkaSink(KafkaWriter):
                     self._send_offsets(commit, names)
             if self._before_commit is not None:
                 self._before_commit()
-            with_retries(lambda: within_deadline(lambda: self.producer.commit_transaction(60),
-                                                 "commit_transaction", 120), f"commit_transaction({names})",
-                         interrupted=self.interrupted)
-        except ProducerWedged:
+            with_retries(lambda: within_deadline(lambda: self.producer.commit_transaction(TXN_CALL_S),
+                                                 "commit_transaction", 120, self.interrupted),
+                         f"commit_transaction({names})", interrupted=self.interrupted)
+        except (ProducerWedged, CallAbandoned):
             self._wedged = True
             raise
         self._in_transaction = False
 
     def _send_offsets(self, commit: OffsetCommit, names: str) -> None:
         with_retries(lambda: within_deadline(
-            lambda: self.producer.send_offsets_to_transaction(commit.offsets, commit.group_metadata, 30),
-            "send_offsets_to_transaction", 90), f"send_offsets_to_transaction({names})",
+            lambda: self.producer.send_offsets_to_transaction(commit.offsets, commit.group_metadata, TXN_CALL_S),
+            "send_offsets_to_transaction", 90, self.interrupted), f"send_offsets_to_transaction({names})",
             interrupted=self.interrupted)
 
     def _fatal_cause(self) -> KafkaError | None:
@@ -106,7 +135,8 @@ class TransactionalKafkaSink(KafkaWriter):
 
     def close(self) -> None:
         """Leave nothing open: an uncommitted epoch is aborted, not left to time out and block readers.
-        A wedged producer is left alone: the next instance's ``init_transactions`` aborts its epoch."""
+        A wedged producer (or one whose call was abandoned on a stop) is left alone: the next instance's
+        ``init_transactions`` aborts its epoch."""
         if self._wedged:
             return
         try:

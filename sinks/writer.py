@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from connectors.admin import CLIENT_LOGGER
 from connectors.dead_letter import DeadLetter
 from connectors.metadata import is_metadata_column
 from schemas import Format
+from schemas.base import encode_column
 from sinks.errors import NOT_AUTHORIZED_CODES, EpochAborted, SinkError, classify, not_authorized
 from sinks.produce import Headers, produce_all, produce_waiting
 
@@ -40,10 +42,20 @@ class Produced(NamedTuple):
     records: int
     bytes: int
 
+    def __add__(self, other: object) -> Produced:
+        if not isinstance(other, Produced):
+            return NotImplemented
+        return Produced(self.records + other.records, self.bytes + other.bytes)
+
 
 def produced(values: Sequence[bytes | None]) -> Produced:
     """What handing ``values`` to a producer counts as."""
     return Produced(len(values), sum(map(len, filter(None, values))))
+
+
+def produced_column(values: pa.Array[Any]) -> Produced:
+    """What handing the rows of the binary array ``values`` to a producer counts as."""
+    return Produced(len(values), int(pc.sum(pc.binary_length(cast(pa.BinaryArray, values))).as_py() or 0))
 
 
 def dead_letter_topic(settings: SinkSettings, letters: Sequence[DeadLetter]) -> str:
@@ -97,19 +109,40 @@ class EncodedRows(NamedTuple):
 def encode_rows(table: pa.Table, value_format: Format, settings: SinkSettings) -> EncodedRows:
     """Output rows as the records a sink produces: values in the sink's format without the Kafka metadata
     columns (unless ``include_metadata`` keeps some), keys from ``key_column``. Kafka sinks and the
-    broker-free test driver both encode here."""
-    keys = _key_bytes(table.column(settings.key_column)) if settings.key_column else None
-    keep = [name for name in table.column_names if not is_metadata_column(name) or name in settings.include_metadata]
+    broker-free test driver both encode here (``encode_columns`` as Arrow columns)."""
+    keys = _key_column(table, settings)
     values: list[bytes | None] = []
-    for batch in table.select(keep).to_batches():
+    for batch in _value_rows(table, settings).to_batches():
         values += value_format.encode(batch)
-    return EncodedRows(values, keys)
+    return EncodedRows(values, keys.to_pylist() if keys is not None else None)
 
 
-def _key_bytes(column: pa.ChunkedArray[Any]) -> list[bytes | None]:
-    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        return column.to_pylist()
-    return [None if v is None else v.encode() for v in column.cast(pa.string()).to_pylist()]
+def encode_columns(table: pa.Table, value_format: Format,
+                   settings: SinkSettings) -> Iterator[tuple[pa.Array[Any], pa.Array[Any] | None]]:
+    """``encode_rows`` as Arrow binary arrays: per batch of rows, the values and the keys (or None)."""
+    keys = _key_column(table, settings)
+    start = 0
+    for batch in _value_rows(table, settings).to_batches():
+        values = encode_column(value_format, batch).combine_chunks()
+        if not pa.types.is_binary(values.type):
+            values = values.cast(pa.binary())
+        yield values, keys.slice(start, len(values)) if keys is not None else None
+        start += len(values)
+
+
+def _value_rows(table: pa.Table, settings: SinkSettings) -> pa.Table:
+    keep = [name for name in table.column_names if not is_metadata_column(name) or name in settings.include_metadata]
+    return table.select(keep)
+
+
+def _key_column(table: pa.Table, settings: SinkSettings) -> pa.Array[Any] | None:
+    """``key_column`` as binary: bytes as they are, anything else as its text in UTF-8."""
+    if not settings.key_column:
+        return None
+    column = table.column(settings.key_column).combine_chunks()
+    if not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+        column = column.cast(pa.string())
+    return column.cast(pa.binary())
 
 
 class KafkaWriter:

@@ -1,12 +1,13 @@
 """The benchmark's whole JSON job (decode, SQL, encode) in one process, with its records moved between Kafka
 and Arrow in several ways, each ``--way``:
 
-- ``python``: confluent-kafka as the source and sink use it today (a Python object per record);
-- ``native``: the Rust spike's own clients (``src/lib.rs``), ``c``: the C functions of ``c/fastio.c`` on
-  confluent-kafka's clients; each inline, ``-threads`` (consuming and producing on threads of their own:
-  the calls release the GIL, so they overlap the main thread's decode, SQL and encode), or ``-buffers``
-  (threads, and no bytes object per record on either side; ``JsonFormat``'s checks made on the joined
-  buffer).
+- ``python``: confluent-kafka's per-record calls (a Python object per record: what sources and sinks do
+  with ``EPOCHLINE_NATIVE_IO=0``);
+- ``native``: the Rust spike's own clients (``src/lib.rs``), ``c``: the C module sources and sinks use
+  (``connectors/_native_io.c``, first written here as ``c/fastio.c``) on confluent-kafka's clients; each
+  inline, ``-threads`` (consuming and producing on threads of their own: the calls release the GIL, so they
+  overlap the main thread's decode, SQL and encode), or ``-buffers`` (threads, and no bytes object per record
+  on either side: ``JsonFormat.decode_column``).
 
 The transform is epochline's own (``JsonFormat``, ``SqlOperator``). Every way flushes the producer every
 second (idempotent, no transaction). CPU from getrusage (every thread).
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import queue
-import sys
 import tempfile
 import threading
 import time
@@ -28,21 +28,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from bench.native_spike.timing import report_run
 from bench.workload import SQL, write_schema_files
 from connectors.admin import create_topic
+from connectors.fetched import ColumnFetcher, RecordColumns
 from connectors.metadata import METADATA_FIELDS
-from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND, RecordColumns, decode_records
+from connectors.native_io import native_io
+from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND, decode_records
 from engine.transforms.sql import SqlOperator
-from schemas import Format, json_format
+from schemas import Format
 from schemas.factory import FormatSpec, make_format
 from schemas.json_format import JsonFormat
-from sinks.produce import produce_all
+from sinks.produce import produce_all, produce_column
 
 BATCH = 10_000  # the source's max_batch_records default
 FLUSH_EVERY_S = 1.0  # the benchmark's checkpoint interval
@@ -144,40 +144,31 @@ def rust_ends(args: argparse.Namespace) -> Ends:
 
 
 def c_ends(args: argparse.Namespace) -> Ends:
-    """``c/fastio.c`` (built by ``c/build.sh``) on the clients the source and sink use: confluent-kafka, the
-    same settings."""
-    sys.path.insert(0, str(Path(__file__).parent / "c"))
-    import fastio
-
+    """The C module the source and sink use (``connectors/_native_io.c``), on confluent-kafka's clients with
+    the same settings, through the same calls: ``connectors.fetched.ColumnFetcher`` and
+    ``sinks.produce.produce_column``."""
+    native = native_io()
+    if native is None:
+        raise SystemExit("the C module (connectors/_native_io.c) is not built: pip install -e . with a C compiler")
     producer = Producer(_producer_config(args))
 
     def batches() -> Iterator[Batch]:
         consumer = Consumer(_consumer_config(args))
+        fetcher = ColumnFetcher(consumer, args.topic, BATCH, native)
         consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(args.partitions)])
-        reader = fastio.ColumnReader(consumer)
-        reader.attach(args.topic, range(args.partitions))
+        fetcher.attach(range(args.partitions))
         seen = 0
         while seen < args.records:
-            consumer.poll(0)  # rebalances and errors; the records go to the reader's queue
-            data, value_offsets, parts, offsets, stamps, count, error = reader.read(BATCH, 5000)
-            if error is not None:
-                raise RuntimeError(f"consuming {args.topic}: {error}")
-            if count == 0:
+            records = fetcher.fetch(5.0).records
+            if not len(records):
                 return
-            seen += count
-            yield _columns(count, data, value_offsets, parts, offsets, stamps)
-        reader.detach(args.topic, range(args.partitions))
-        while reader.read(BATCH, 0)[5]:  # records already fetched hold their partitions open
-            pass
+            seen += len(records)
+            yield records.values, records.metadata_arrays()[:3]
+        fetcher.close()
         consumer.close()
 
-    def produce(column: pa.Array[Any]) -> None:
-        _, offsets, data = column.buffers()
-        done = 0
-        while (done := fastio.produce_column(producer, args.output, data, offsets, done)) < len(column):
-            producer.poll(0.01)  # the queue is full: delivery reports free room
-
-    return Ends(batches, produce, lambda: producer.flush(30))
+    return Ends(batches, lambda column: produce_column(native, producer, args.output, column),
+                lambda: producer.flush(30))
 
 
 def _with_metadata(batch: pa.RecordBatch, metadata: list[pa.Array[Any]]) -> pa.RecordBatch:
@@ -247,50 +238,20 @@ def _threads(ends: Ends, job: Job) -> int:
                                                             pa.binary())])
 
 
-class _LazyLines:
-    """The payloads as ``JsonFormat._typed_piece`` reads them (only for a row that breaks the schema)."""
-
-    def __init__(self, values: pa.BinaryArray) -> None:
-        self._values = values
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._values.to_pylist())
-
-
-def _decoded_from_buffer(job: Job, values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> pa.RecordBatch:
-    """The values' bytes go to Arrow's reader as one newline-delimited buffer made by an Arrow kernel, with no
-    bytes object per record, after ``JsonFormat``'s checks made on that buffer (each payload one object on
-    one line, nothing Arrow reads differently from orjson); the spike's input passes them all."""
-    ndjson = pc.binary_join_element_wise(values, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary()))
-    _, offsets, data = ndjson.buffers()
-    buffer = data[:int(np.frombuffer(offsets, np.int32)[len(ndjson)])].to_pybytes()
-    longest = pc.max(pc.binary_length(values)).as_py()
-    if not _is_one_object_per_line(values, buffer, longest):
-        raise RuntimeError("the spike's input is plain JSON objects, one per record")
-    fmt: Any = job.input
-    piece = fmt._parse(list(range(len(values))), _LazyLines(values), buffer, longest)
-    return _with_metadata(piece.batch, metadata)
-
-
-def _is_one_object_per_line(values: pa.BinaryArray, buffer: bytes, longest: int) -> bool:
-    """``json_format._framed`` and ``_is_plain_json`` on the joined buffer, the last bytes by an Arrow kernel
-    (payloads with whitespace around them would take the per-payload path there; here they fail)."""
-    framed = (buffer.startswith(b"{") and b"\r" not in buffer and buffer.count(b"\n") == len(values)
-              and pc.all(pc.equal(pc.binary_slice(values, -1), pa.scalar(b"}", pa.binary()))).as_py()
-              and not json_format._matches(b"\n" + buffer[:-1], json_format._LINE_START))
-    return bool(framed and buffer.isascii() and longest <= 2 * json_format._MAX_DEPTH
-                and not json_format._matches(buffer, json_format._NON_STANDARD)
-                and not json_format._has_long_digit_run(buffer))
+def _decoded_from_column(job: Job, values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> pa.RecordBatch:
+    """``JsonFormat.decode_column``: the values joined by an Arrow kernel and parsed with no bytes object per
+    record, after the format's checks made on the joined buffer (as the source decodes)."""
+    decoded = cast(JsonFormat, job.input).decode_column(values)
+    if len(decoded.indices) != len(values):
+        raise RuntimeError("the spike's input has no bad records")
+    return _with_metadata(decoded.batch, metadata)
 
 
 def _buffers(ends: Ends, job: Job) -> int:
-    """``_threads`` with no bytes object per record on either side (``_decoded_from_buffer``)."""
+    """``_threads`` with no bytes object per record on either side (``_decoded_from_column``)."""
 
     def transform(values: pa.BinaryArray, metadata: list[pa.Array[Any]]) -> list[pa.Array[Any]]:
-        table = job.sql.process(pa.Table.from_batches([_decoded_from_buffer(job, values, metadata)]), None)
+        table = job.sql.process(pa.Table.from_batches([_decoded_from_column(job, values, metadata)]), None)
         return [job.output.encode_column(out).combine_chunks() for out in table.to_batches()]
 
     return _staged(ends, transform)

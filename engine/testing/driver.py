@@ -29,7 +29,8 @@ from confluent_kafka import TopicPartition
 
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter
-from connectors.source import PartitionListener, RecordColumns, SourceBatch, SourceSettings, decode_records
+from connectors.fetched import RecordColumns
+from connectors.source import PartitionListener, SourceBatch, SourceSettings, decode_records
 from connectors.watermarks import WatermarkTracker, observe_batch
 from engine.checkpoint import CoordinatorSettings, KafkaPipeline, StreamingCoordinator
 from engine.config import ConnectorConfig, load_config
@@ -140,12 +141,11 @@ class _MemorySource:
             return None
         for partition, offset, _ in taken:
             self._positions[partition] = offset + 1
-        columns = RecordColumns(values=[r.value for _, _, r in taken], keys=[r.key for _, _, r in taken],
-                                partitions=[p for p, _, _ in taken], offsets=[o for _, o, _ in taken],
-                                timestamps=[r.timestamp_ms for _, _, r in taken])
+        columns = RecordColumns.from_lists(values=[r.value for _, _, r in taken], keys=[r.key for _, _, r in taken],
+                                           partitions=[p for p, _, _ in taken], offsets=[o for _, o, _ in taken],
+                                           timestamps=[r.timestamp_ms for _, _, r in taken])
         return decode_records(self.name, self.settings.topic, self.format, columns,
-                              on_error=self.settings.on_error,
-                              value_bytes=sum(len(r.value or b"") for _, _, r in taken))
+                              on_error=self.settings.on_error, value_bytes=columns.value_bytes())
 
     def position(self) -> SourceCheckpoint:
         return SourceCheckpoint(self.name, self.settings.topic, dict(self._positions))

@@ -29,6 +29,8 @@ from tests.helpers.connector_process import read_until
 
 RAW = FormatSpec("raw")
 
+pytestmark = pytest.mark.usefixtures("kafka_io")  # each test once per way records move (C module, per record)
+
 
 def produce(bootstrap: str, topic: str, values: Iterable[bytes | None], partition: int | None = None,
             keys: Sequence[bytes] | None = None) -> None:

@@ -7,14 +7,14 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pyarrow as pa
 import pytest
 
 from schemas import DecodeFailure, EncodeError, FormatSpec, SchemaError, make_format
-from schemas.base import Format
+from schemas.base import Decoded, Format
 from schemas.json_format import JsonFormat
 from schemas.json_schema import json_schema_to_arrow
 from tests.helpers.schema_samples import ALL_TYPES_AVSC, FIELDS_WITHOUT_JSON_FORM, all_types_rows
@@ -44,9 +44,30 @@ def write(tmp_path: Path, name: str, document: Any) -> Path:
     return path
 
 
+class ThroughColumns:
+    """A format whose ``decode`` reads the payloads as one Arrow binary column (``decode_column``, as Kafka
+    sources read them): every specification below holds for both ways."""
+
+    def __init__(self, fmt: JsonFormat) -> None:
+        self._fmt = fmt
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fmt, name)
+
+    def decode(self, payloads: list[bytes | None]) -> Decoded:
+        return self._fmt.decode_column(pa.array(payloads, pa.binary()))
+
+
 @pytest.fixture
-def orders(tmp_path: Path) -> Format:
-    return make_format(FormatSpec("json", schema=write(tmp_path, "order.schema.json", ORDER_SCHEMA)))
+def order_json(tmp_path: Path) -> JsonFormat:
+    fmt = make_format(FormatSpec("json", schema=write(tmp_path, "order.schema.json", ORDER_SCHEMA)))
+    assert isinstance(fmt, JsonFormat)
+    return fmt
+
+
+@pytest.fixture(params=["bytes", "column"])
+def orders(order_json: JsonFormat, request: pytest.FixtureRequest) -> Format:
+    return order_json if request.param == "bytes" else cast(Format, ThroughColumns(order_json))
 
 
 def order_rows(count: int) -> list[dict[str, Any]]:
@@ -124,13 +145,12 @@ def test_non_finite_floats_are_written_as_null() -> None:
     assert fmt.encode(batch) == [b'{"x":null}', b'{"x":null}', b'{"x":1.0}']
 
 
-def test_encode_column_holds_the_values_encode_returns_as_one_binary_column(orders: Format) -> None:
-    assert isinstance(orders, JsonFormat)
-    batch = pa.RecordBatch.from_pylist(order_rows(50), schema=orders.arrow_schema)
-    column = orders.encode_column(batch)
+def test_encode_column_holds_the_values_encode_returns_as_one_binary_column(order_json: JsonFormat) -> None:
+    batch = pa.RecordBatch.from_pylist(order_rows(50), schema=order_json.arrow_schema)
+    column = order_json.encode_column(batch)
     assert column.type == pa.binary()
-    assert column.to_pylist() == orders.encode(batch)
-    assert orders.encode_column(batch.slice(0, 0)).to_pylist() == []
+    assert column.to_pylist() == order_json.encode(batch)
+    assert order_json.encode_column(batch.slice(0, 0)).to_pylist() == []
 
 
 def test_encode_of_a_column_without_json_form_names_it() -> None:
@@ -407,3 +427,11 @@ def test_random_corruptions_never_raise_and_every_payload_is_accounted_for(order
     assert decoded.batch.num_rows == len(decoded.indices)
     intact = [n for n, p in enumerate(payloads) if p == good_order(n)]
     assert set(intact) <= set(decoded.indices)
+
+
+def test_without_a_schema_a_column_decodes_as_its_values_do() -> None:
+    inferred = make_format(FormatSpec("json"))
+    assert isinstance(inferred, JsonFormat)
+    mixed = [b'{"a": 1}', b'{"a": "x"}', None, b'{"a": NaN}', b' {"c": 1} ']
+    for batch in ([b'{"a": 1}', b'{"a": 2, "b": [1]}'], mixed):
+        assert inferred.decode_column(pa.array(batch, pa.binary())) == inferred.decode(batch)

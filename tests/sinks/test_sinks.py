@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -16,6 +17,7 @@ from connectors.offset_metadata import checkpoint_id_from_metadata, checkpoint_m
 from engine.testing import read_values
 from schemas import FormatSpec, make_format
 from sinks import (
+    CallAbandoned,
     EpochAborted,
     OffsetCommit,
     ProducerFenced,
@@ -26,6 +28,8 @@ from sinks import (
 )
 from sinks.calls import within_deadline
 from sinks.errors import classify
+
+BOTH_WAYS = pytest.mark.usefixtures("kafka_io")  # once per way records move: the C module, and per record
 
 
 def sink_for(bootstrap: str, topic: str, **settings: object) -> TransactionalKafkaSink:
@@ -40,11 +44,31 @@ def sink_for(bootstrap: str, topic: str, **settings: object) -> TransactionalKaf
 ROWS = pa.table({"id": [1, 2, 3], "__kafka_offset": pa.array([10, 11, 12], pa.int64())})
 
 
+def read_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every committed record of ``topic``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}", "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer.subscribe([topic])
+    records, ends = [], 0
+    deadline = time.monotonic() + 30
+    while ends < 2 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error() is None:
+            records.append((message.key(), message.value()))
+        elif message.error().code() == KafkaError._PARTITION_EOF:
+            ends += 1
+    consumer.close()
+    return records
+
+
 def group_metadata(bootstrap: str, group: str) -> tuple[Consumer, object]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     return consumer, consumer.consumer_group_metadata()
 
 
+@BOTH_WAYS
 def test_a_committed_epoch_carries_output_dead_letters_and_tagged_offsets(kafka_bootstrap: str,
                                                                           unique_topic: str) -> None:
     sink = sink_for(kafka_bootstrap, unique_topic)
@@ -65,6 +89,7 @@ def test_a_committed_epoch_carries_output_dead_letters_and_tagged_offsets(kafka_
     consumer.close()
 
 
+@BOTH_WAYS
 def test_metadata_columns_are_not_written_unless_selected(kafka_bootstrap: str, unique_topic: str) -> None:
     sink = sink_for(kafka_bootstrap, unique_topic, include_metadata=("__kafka_offset",))
     _, metadata = group_metadata(kafka_bootstrap, "unused")
@@ -78,6 +103,7 @@ def test_metadata_columns_are_not_written_unless_selected(kafka_bootstrap: str, 
     assert sorted(rows, key=lambda r: r["id"])[0] == {"id": 1, "__kafka_offset": 10}
 
 
+@BOTH_WAYS
 def test_an_aborted_epoch_leaves_nothing_for_read_committed(kafka_bootstrap: str, unique_topic: str) -> None:
     sink = sink_for(kafka_bootstrap, unique_topic)
     sink.start()
@@ -90,6 +116,7 @@ def test_an_aborted_epoch_leaves_nothing_for_read_committed(kafka_bootstrap: str
     assert len(read_values(kafka_bootstrap, unique_topic, isolation="read_uncommitted")) == 3
 
 
+@BOTH_WAYS
 def test_a_newer_instance_fences_the_older_one(kafka_bootstrap: str, unique_topic: str) -> None:
     old = sink_for(kafka_bootstrap, unique_topic)
     _, metadata = group_metadata(kafka_bootstrap, "unused")
@@ -120,6 +147,39 @@ class FlushRaising:
 def raised_with_cause(error: BaseException, cause: BaseException) -> BaseException:
     error.__cause__ = cause
     return error
+
+
+@BOTH_WAYS
+def test_rows_are_keyed_by_the_key_column_as_text_or_bytes(kafka_bootstrap: str, unique_topic: str) -> None:
+    sink = sink_for(kafka_bootstrap, unique_topic, key_column="user")
+    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    sink.start()
+    sink.begin_epoch()
+    produced = sink.write(pa.table({"id": [1, 2, 3], "user": ["ann", None, "zoë"]}))
+    sink.commit_epoch([OffsetCommit([], metadata)])
+    sink.close()
+    records = read_records(kafka_bootstrap, unique_topic)
+    assert sorted(records, key=lambda kv: kv[1]) == [(b"ann", b'{"id":1,"user":"ann"}'),
+                                                     (None, b'{"id":2,"user":null}'),
+                                                     ("zoë".encode(), '{"id":3,"user":"zoë"}'.encode())]
+    assert produced == (3, sum(len(value) for _, value in records))
+
+
+@BOTH_WAYS
+def test_a_record_the_broker_refuses_aborts_the_epoch_and_nothing_of_it_is_visible(kafka_bootstrap: str,
+                                                                                   unique_topic: str) -> None:
+    """Rows produced through the C module are not reported one by one: the refusal shows at the commit."""
+    create_topic(kafka_bootstrap, unique_topic, 2, config={"max.message.bytes": "2000"})
+    sink = sink_for(kafka_bootstrap, unique_topic, producer_config={"compression.type": "none"})
+    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    sink.start()
+    sink.begin_epoch()
+    sink.write(pa.table({"id": [1, 2], "text": ["short", "x" * 5000]}))
+    with pytest.raises(EpochAborted, match="MESSAGE_TOO_LARGE|too large"):
+        sink.commit_epoch([OffsetCommit([], metadata)])
+    sink.abort_epoch()
+    sink.close()
+    assert read_values(kafka_bootstrap, unique_topic) == []
 
 
 @pytest.mark.parametrize("raised", [
@@ -186,6 +246,16 @@ def test_a_call_that_never_returns_is_given_up_as_wedged() -> None:
     never = threading.Event()
     with pytest.raises(ProducerWedged, match="did not return within"):
         within_deadline(never.wait, "send_offsets_to_transaction", 0.2)
+    never.set()
+
+
+def test_a_stop_requested_while_a_call_is_in_flight_abandons_the_call_at_once() -> None:
+    never, stop = threading.Event(), threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(CallAbandoned, match="stop requested while the call was in flight"):
+        within_deadline(never.wait, "send_offsets_to_transaction", 60, interrupted=stop.is_set)
+    assert time.monotonic() - started < 2
     never.set()
 
 
