@@ -21,6 +21,9 @@ Guarantees and what they rest on:
 - **Offsets are only committed inside the sink's transaction** (``send_offsets_to_transaction`` with the
   group metadata read at commit time and the checkpoint id as offset metadata); the consumer never commits
   itself (``enable.auto.commit`` / ``enable.auto.offset.store`` off).
+- **One path after the fetch.** Records arrive as Arrow columns through a fetcher (``connectors.fetched``:
+  the C reader, or confluent-kafka's per-record calls), in each partition's offset order either way, with
+  end-of-partition events where they happened; the cut, rebalances and decoding do not depend on which.
 - **Nothing silently dropped.** A record that does not decode becomes a ``DeadLetter`` with its original
   bytes (or ``PoisonRecord`` is raised with ``on_error="halt"``); its offset still counts as read.
 """
