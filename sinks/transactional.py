@@ -10,7 +10,9 @@ dead-letter records, and the source offsets with the checkpoint id in their meta
 Output rows go to librdkafka through the C module when it is there (``connectors.native_io``), as Arrow
 columns with no Python object per record. That is safe here and only here: such records are not reported to
 the delivery callback, but a failed one puts the transaction in an abortable state, so the epoch's commit
-fails and nothing of it becomes visible (``EpochAborted``, or the specific error, e.g. not authorized).
+fails and nothing of it becomes visible. Its commit error does not say why ("N message(s) failed
+delivery"), so rows go record by record, whose delivery reports name the reason (a missing WRITE permission
+fails the connector at once), until an epoch with rows has committed, and again after any aborted epoch.
 """
 
 from __future__ import annotations
@@ -54,10 +56,15 @@ class TransactionalKafkaSink(KafkaWriter):
         self._in_transaction = False
         self._wedged = False
         self._native = native_io()
+        self._rows_proven = False
+        """Whether an epoch whose rows went record by record has committed since the last abort."""
+        self._rows_this_epoch = False
 
     def write(self, table: pa.Table) -> Produced:
-        """Encode and produce every row, through the C module when it is there."""
-        if self._native is None or table.num_rows == 0:
+        """Encode and produce every row: through the C module once rows are proven to commit, else (and
+        without the module) record by record."""
+        self._rows_this_epoch |= table.num_rows > 0
+        if self._native is None or not self._rows_proven or table.num_rows == 0:
             return super().write(table)
         topic = self.settings.topic
         total = Produced(0, 0)
@@ -107,6 +114,8 @@ class TransactionalKafkaSink(KafkaWriter):
             self._wedged = True
             raise
         self._in_transaction = False
+        self._rows_proven |= self._rows_this_epoch
+        self._rows_this_epoch = False
 
     def _send_offsets(self, commit: OffsetCommit, names: str) -> None:
         with_retries(lambda: within_deadline(
@@ -125,6 +134,7 @@ class TransactionalKafkaSink(KafkaWriter):
         return None
 
     def abort_epoch(self) -> None:
+        self._rows_proven = self._rows_this_epoch = False  # the next epoch's failures must name their reason
         if self._in_transaction:
             # Short calls, retried (librdkafka resumes an abort after a timeout), and given up when a stop is
             # requested: the next instance's init_transactions aborts whatever is left open.
