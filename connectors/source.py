@@ -425,10 +425,11 @@ class KafkaSource:
             self._apply_staged_seeks()
         if not self._pending:
             self._pending = self._owned_only(self._fetcher.fetch(timeout))
-        taken, rest = self._pending.split(self._records_that_fit(self._pending.records))
+        take, value_bytes = self._records_that_fit(self._pending.records)
+        taken, rest = self._pending.split(take)
         ends = self._ends_reached(taken.events)
         columns = taken.records
-        source_batch = self._to_source_batch(columns) if len(columns) else None
+        source_batch = self._to_source_batch(columns, value_bytes) if len(columns) else None
         self._pending = rest
         self._advance(columns, ends)
         return source_batch
@@ -444,12 +445,14 @@ class KafkaSource:
             self._apply_staged_seeks()
         return fresh
 
-    def _records_that_fit(self, records: RecordColumns) -> int:
-        """How many of ``records`` to hand out: at least one, else as many as fit in ``max_batch_bytes``."""
+    def _records_that_fit(self, records: RecordColumns) -> tuple[int, int]:
+        """How many of ``records`` to hand out (at least one, else as many as fit in ``max_batch_bytes``), and
+        the bytes of their values."""
         if not len(records):
-            return 0
+            return 0, 0
         value_bytes = np.cumsum(records.value_lengths())
-        return max(1, int(np.searchsorted(value_bytes, self.settings.max_batch_bytes, side="right")))
+        take = max(1, int(np.searchsorted(value_bytes, self.settings.max_batch_bytes, side="right")))
+        return take, int(value_bytes[take - 1])
 
     def _ends_reached(self, events: Sequence[PartitionEvent]) -> dict[int, int]:
         """End-of-partition offsets from the EOF events; any other error is raised or logged."""
@@ -472,9 +475,9 @@ class KafkaSource:
             if partition in self._positions and offset > self._positions[partition]:
                 self._positions[partition] = offset
 
-    def _to_source_batch(self, columns: RecordColumns) -> SourceBatch:
+    def _to_source_batch(self, columns: RecordColumns, value_bytes: int) -> SourceBatch:
         return decode_records(self.name, self.settings.topic, self.format, columns, on_error=self.settings.on_error,
-                              value_bytes=columns.value_bytes())
+                              value_bytes=value_bytes)
 
     def observe_event_times(self, batch: pa.RecordBatch) -> None:
         """Advance the watermark with a batch's event times. Not done inside ``poll_batch``: the engine

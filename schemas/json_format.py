@@ -376,20 +376,24 @@ def _framed_column(values: pa.BinaryArray) -> _Framed | None:
     bounds = np.frombuffer(offsets, np.int32)
     start, end = int(bounds[joined.offset]), int(bounds[joined.offset + len(joined)])
     buffer = data[start:end - 1].to_pybytes()  # without the last line break, as b"\n".join makes it
-    if not buffer.startswith(b"{") or b"\r" in buffer or _matches(buffer, _LINE_START):
+    if not _lines_start_framed(buffer):
         return None
     return _Framed(_ColumnValues(values), buffer, int(pc.max(pc.binary_length(values)).as_py() or 0))
 
 
 def _is_framed(buffer: bytes, lines: list[bytes]) -> bool:
-    if not buffer.startswith(b"{") or b"\r" in buffer:
-        return False
     try:
         if bytes(map(_LAST_BYTE, lines)).strip(b"}"):
             return False
     except IndexError:  # an empty payload
         return False
-    return not _matches(buffer, _LINE_START)
+    return _lines_start_framed(buffer)
+
+
+def _lines_start_framed(buffer: bytes) -> bool:
+    """The joined buffer's half of ``_framed``'s check: it starts with '{', has no '\\r', and every line
+    break is followed by '{' (``_framed`` and ``_framed_column`` check the last bytes their own way)."""
+    return buffer.startswith(b"{") and b"\r" not in buffer and not _matches(buffer, _LINE_START)
 
 
 def _is_plain_json(framed: _Framed, *, scan_tokens: bool) -> bool:
