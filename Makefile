@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Quix Streams pins an older confluent-kafka than epochline's, so the bench runs it from a venv of its own.
+QUIX_VENV := .venv-quix
 
 .PHONY: setup kafka demo lint test bench clean
 
@@ -26,9 +28,13 @@ lint: setup  ## ruff (lint + import order) over the tree, mypy --strict over the
 test: setup  ## the whole default suite against a real local broker
 	$(BIN)/pytest
 
-bench: setup  ## epochline vs Quix Streams vs the raw client on a private local broker (1M records)
+$(QUIX_VENV)/bin/python:
+	$(PYTHON) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/pip install -q "quixstreams>=3.0"
+
+bench: setup $(QUIX_VENV)/bin/python  ## epochline vs Quix Streams, Kafka Streams and the raw client (1M records)
 	$(BIN)/pip install -q -e ".[dev,bench]"
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .epochline
+	rm -rf $(VENV) $(QUIX_VENV) .epochline

@@ -25,6 +25,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 # Splits kcat's stdout into messages; Avro values may hold any single byte, so the delimiter is long.
 KCAT_DELIMITER = r"\x1e\x1f\x1d\x1c\x1e\x1f\x1d\x1c"
+RAW_FORMAT = {"format": "raw"}  # epochline's copy contender: values as bytes, nothing decoded
 
 
 @dataclass(frozen=True)
@@ -87,13 +88,17 @@ class Epochline:
         return _epochline_run_missing()
 
     def config(self, job: JobSpec) -> dict:
+        """The job's connector config; without ``transforms`` the raw format in and out and no transform:
+        the byte copy of raw-eos, through the engine."""
+        source_format = _format_config(job, job.input_schema, INPUT_SCHEMA) if self.transforms else RAW_FORMAT
+        sink_format = _format_config(job, job.output_schema, OUTPUT_SCHEMA) if self.transforms else RAW_FORMAT
         return {
             "name": job.name,
-            "source": {"topic": job.input_topic, **_format_config(job, job.input_schema, INPUT_SCHEMA),
+            "source": {"topic": job.input_topic, **source_format,
                        **({"consumer": dict(job.consumer)} if job.consumer else {})},
-            "transform": {"sql": SQL},
-            "sink": {"topic": job.output_topic, **_format_config(job, job.output_schema, OUTPUT_SCHEMA),
-                     "delivery": self.delivery, "producer": dict(job.producer)},
+            **({"transform": {"sql": SQL}} if self.transforms else {}),
+            "sink": {"topic": job.output_topic, **sink_format, "delivery": self.delivery,
+                     "producer": dict(job.producer)},
             "dead_letter": {"topic": job.dead_letter_topic},
             "checkpoint": {"interval": "1s", "dir": str(job.workdir / "state")},
         }
@@ -126,16 +131,22 @@ class QuixStreams:
     formats: tuple[str, ...] = ("json", "avro")  # its Confluent Avro serializers need a Schema Registry
     note: str = "Quix Streams exactly-once, per-record transform, commit_interval 1 s"
 
+    python: Path = REPO_DIR / ".venv-quix" / "bin" / "python"  # made by `make bench`
+
     def unavailable_reason(self) -> str | None:
-        try:
-            import quixstreams  # noqa: F401  (only asks whether it is installed)
-        except ImportError as error:
-            return f"not available: {error}"
+        """Quix runs from a venv of its own: it pins an older confluent-kafka than epochline's, which
+        installed beside epochline would downgrade the client every other contender runs on."""
+        if not self.python.exists():
+            return f"not available: no Quix Streams venv at {self.python.parent.parent.name}/ (make bench makes it)"
+        probe = subprocess.run([str(self.python), "-c", "import quixstreams"], capture_output=True, text=True,
+                               timeout=120, check=False)
+        if probe.returncode != 0:
+            return f"not available: {(probe.stderr.strip().splitlines() or ['import failed'])[-1]}"
         return None
 
     def command(self, job: JobSpec) -> list[str]:
         return [
-            sys.executable, str(BENCH_DIR / "quix_job.py"), "--bootstrap", job.bootstrap,
+            str(self.python), str(BENCH_DIR / "quix_job.py"), "--bootstrap", job.bootstrap,
             "--input", job.input_topic, "--output", job.output_topic, "--group", job.name,
             "--format", job.format, "--input-schema", str(job.input_schema),
             "--output-schema", str(job.output_schema), "--state-dir", str(job.workdir / "quix-state"),
@@ -228,6 +239,8 @@ ALL: tuple[Contender, ...] = (
     Kcat(),
     Epochline("epochline-eos", "exactly-once"),
     Epochline("epochline-alo", "at-least-once"),
+    Epochline("epochline-eos-copy", "exactly-once", transforms=False,
+              note="epochline run CLI, raw format in and out, no transform: raw-eos's copy through the engine"),
     QuixStreams(),
     KafkaStreams(),
 )

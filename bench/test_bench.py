@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from bench import kafka_streams
-from bench.contenders import Epochline, JobSpec, KafkaStreams, RawCopy
+from bench.contenders import BY_NAME, Epochline, JobSpec, KafkaStreams, QuixStreams, RawCopy
 from bench.measure import (
     ChildProcess,
     CpuWindow,
@@ -250,6 +250,26 @@ def test_epochline_copies_confluent_framed_avro_exactly_once(kafka_bootstrap: st
     assert verify_ids([decode(value)["id"] for value in values], workload.expected_ids).ok
 
 
+@pytest.mark.timeout(180)
+def test_the_epochline_copy_contender_copies_every_input_value_byte_for_byte(kafka_bootstrap: str,
+                                                                           tmp_path: Path) -> None:
+    """The copy contender is raw-eos's job through the engine: every input value, tombstone-free, once."""
+    prefix = f"bench-test-{uuid.uuid4().hex[:8]}"
+    input_topic, output_topic = f"{prefix}-in", f"{prefix}-out"
+    for topic in (input_topic, output_topic, f"{prefix}-dlq"):
+        create_topic(kafka_bootstrap, topic, 4)
+    workload = generate_input(kafka_bootstrap, input_topic, 2_000, "json")
+    job = JobSpec(kafka_bootstrap, input_topic, output_topic, f"{prefix}-dlq", "json", prefix, tmp_path / "job",
+                  tmp_path / "in.avsc", tmp_path / "out.avsc", expected_outputs=len(workload.all_ids), bounded=True)
+    job.workdir.mkdir()
+
+    run_to_completion(BY_NAME["epochline-eos-copy"], job, timeout=120)
+
+    copied = read_committed_ids(kafka_bootstrap, output_topic, bytes)
+    originals = read_committed_ids(kafka_bootstrap, input_topic, bytes)
+    assert sorted(copied) == sorted(originals) and len(copied) == len(workload.all_ids)
+
+
 @pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
 def test_the_epochline_contender_writes_a_config_epochline_accepts(delivery: str, tmp_path: Path) -> None:
     config_module = pytest.importorskip("engine.config")
@@ -261,6 +281,16 @@ def test_the_epochline_contender_writes_a_config_epochline_accepts(delivery: str
 
     assert (config.sink.delivery, config.checkpoint.interval, config.source.start_from) == (delivery, 1000, "earliest")
     assert command[-1] == "--stop-at-end"
+
+
+def test_quix_runs_from_its_own_venv_and_is_unavailable_without_it(tmp_path: Path) -> None:
+    missing = QuixStreams(python=tmp_path / "no-venv" / "bin" / "python")
+    job = JobSpec("127.0.0.1:9", "in", "out", "dlq", "json", "bench-x", tmp_path, tmp_path / "in.avsc",
+                  tmp_path / "out.avsc", expected_outputs=1, bounded=True)
+
+    assert missing.unavailable_reason() == "not available: no Quix Streams venv at no-venv/ (make bench makes it)"
+    assert missing.command(job)[:2] == [str(tmp_path / "no-venv" / "bin" / "python"),
+                                        str(REPO / "bench" / "quix_job.py")]
 
 
 def test_a_profiled_epochline_run_is_wrapped_in_pyinstrument(tmp_path: Path) -> None:

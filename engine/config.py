@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from connectors.source import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_RECORDS
 from schemas import FormatSpec
 from schemas.factory import FormatName, SubjectStrategy
 
@@ -101,8 +102,8 @@ class EventTimeConfig(_Strict):
 class SourceConfig(FormatConfig):
     start_from: Literal["earliest", "latest"] = "earliest"
     event_time: EventTimeConfig = EventTimeConfig()
-    max_batch_records: int = Field(default=10_000, gt=0)
-    max_batch_bytes: int = Field(default=8 << 20, gt=0)
+    max_batch_records: int = Field(default=DEFAULT_MAX_BATCH_RECORDS, gt=0)
+    max_batch_bytes: int = Field(default=DEFAULT_MAX_BATCH_BYTES, gt=0)
     on_error: Literal["dead-letter", "halt", "fail-item"] = "dead-letter"  # fail-item: batch jobs only
     consumer: dict[str, str] = {}
 

@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from bench.native_spike.timing import report_run
 from connectors.source import RecordColumns
 
-BATCH = 10_000  # the source's max_batch_records default
+BATCH = 10_000  # the source's max_batch_records default when the spike was measured
 
 
 def python_way(bootstrap: str, topic: str, partitions: int, records: int) -> int:

@@ -44,7 +44,7 @@ from schemas.factory import FormatSpec, make_format
 from schemas.json_format import JsonFormat
 from sinks.produce import produce_all, produce_column
 
-BATCH = 10_000  # the source's max_batch_records default
+BATCH = 10_000  # the source's max_batch_records default when the spike was measured
 FLUSH_EVERY_S = 1.0  # the benchmark's checkpoint interval
 Batch = tuple[pa.BinaryArray, list["pa.Array[Any]"]]  # the values and the partition, offset and timestamp columns
 

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from schemas import EncodeError, FormatSpec, make_format
+from schemas.raw import RawFormat
 
 
 def test_round_trip_of_100k_payloads_including_tombstones_is_exact() -> None:
@@ -39,3 +40,18 @@ def test_encode_without_a_value_column_names_it() -> None:
 def test_encode_of_a_non_binary_value_column_names_its_type() -> None:
     with pytest.raises(EncodeError, match="'value' is int64"):
         make_format(FormatSpec("raw")).encode(pa.RecordBatch.from_pydict({"value": [1]}))
+
+
+def test_a_column_decodes_to_itself_without_a_copy() -> None:
+    values = pa.array([b"a", None, b"", b"\x00\xff"], pa.binary())
+    decoded = RawFormat().decode_column(values)
+    assert decoded.indices == [0, 1, 2, 3] and decoded.failures == []
+    data, original = decoded.batch.column("value").buffers()[2], values.buffers()[2]
+    assert data is not None and original is not None and data.address == original.address
+
+
+def test_encode_column_gives_the_values_as_binary_with_tombstones() -> None:
+    batch = pa.RecordBatch.from_pydict({"value": pa.array(["zoë", None, ""], pa.large_string())})
+    column = RawFormat().encode_column(batch)
+    assert column.type == pa.binary()
+    assert column.to_pylist() == ["zoë".encode(), None, b""]
