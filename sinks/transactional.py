@@ -33,10 +33,11 @@ from sinks.writer import KafkaWriter, OffsetCommit, Produced, SinkSettings, enco
 log = logging.getLogger(__name__)
 
 TXN_CALL_S = 5.0
-"""How long one ``send_offsets_to_transaction`` or ``commit_transaction`` call waits. A call that times out
-is retried (librdkafka resumes the operation in flight) until ``with_retries``' deadline, so a slow commit
-still completes; short calls let a stop signal end the retries within seconds. One long call did not: with
-the transaction coordinator gone, ``send_offsets_to_transaction`` waited out its 20 s request timeout."""
+"""How long one ``send_offsets_to_transaction`` or ``commit_transaction`` call is asked to wait. A call that
+times out is retried (librdkafka resumes the operation in flight) until ``with_retries``' deadline, so a slow
+commit still completes. A stop signal does not wait for it: with the transaction coordinator gone,
+``send_offsets_to_transaction`` waits out its 20 s request timeout whatever it is given, so
+``within_deadline`` gives up on the call in flight when a stop is requested (``CallAbandoned``)."""
 
 
 class TransactionalKafkaSink(KafkaWriter):
@@ -69,10 +70,8 @@ class TransactionalKafkaSink(KafkaWriter):
         topic = self.settings.topic
         total = Produced(0, 0)
         for values, keys in encode_columns(table, self._format, self.settings):
-            try:
+            with self._refused_as_sink_error(f"producing to topic {topic!r}"):
                 produce_column(self._native, self.producer, topic, values, keys)
-            except KafkaException as exc:  # e.g. fenced, or no transaction open
-                raise self._produce_failure(exc, f"producing to topic {topic!r}") from exc
             total = total + produced_column(values)
         return total
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -192,10 +193,17 @@ class KafkaWriter:
 
     def _produce(self, topic: str, values: list[bytes | None], keys: list[bytes | None] | None = None,
                  headers: list[Headers] | None = None) -> None:
-        try:
+        with self._refused_as_sink_error(f"producing to topic {topic!r}"):
             produce_all(self.producer, topic, values, keys, headers)
-        except KafkaException as exc:  # e.g. fenced, or no transaction open
-            raise self._produce_failure(exc, f"producing to topic {topic!r}") from exc
+
+    @contextmanager
+    def _refused_as_sink_error(self, what: str) -> Iterator[None]:
+        """A ``produce`` the client refuses (e.g. fenced, or no transaction open) raises the ``SinkError``
+        that says what it means, ``what`` naming the topic (and partition)."""
+        try:
+            yield
+        except KafkaException as exc:
+            raise self._produce_failure(exc, what) from exc
 
     def _produce_failure(self, exc: KafkaException, what: str) -> SinkError:
         """What a refused ``produce`` means; "Local: Fatal error" is told apart by the fatal error itself."""
@@ -212,12 +220,9 @@ class KafkaWriter:
     def write_records(self, records: Sequence[OutgoingRecord]) -> Produced:
         """Produce records to the partitions they name (state changelogs, repartitioned rows)."""
         for record in records:
-            try:
+            with self._refused_as_sink_error(f"producing to topic {record.topic!r} partition {record.partition}"):
                 produce_waiting(self.producer, record.topic, record.value, record.key, record.headers,
                                 partition=record.partition)
-            except KafkaException as exc:
-                raise self._produce_failure(exc, f"producing to topic {record.topic!r} partition "
-                                                 f"{record.partition}") from exc
         return produced([record.value for record in records])
 
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:

@@ -63,9 +63,17 @@ def read_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes |
     return records
 
 
-def group_metadata(bootstrap: str, group: str) -> tuple[Consumer, object]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    return consumer, consumer.consumer_group_metadata()
+def group_consumer(bootstrap: str, group: str) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+
+
+def group_metadata(bootstrap: str, group: str) -> object:
+    """A group's metadata, as a sink sends it with offsets: a copy, still valid once its consumer is closed."""
+    consumer = group_consumer(bootstrap, group)
+    try:
+        return consumer.consumer_group_metadata()
+    finally:
+        consumer.close()
 
 
 @BOTH_WAYS
@@ -74,7 +82,7 @@ def test_a_committed_epoch_carries_output_dead_letters_and_tagged_offsets(kafka_
     sink = sink_for(kafka_bootstrap, unique_topic)
     source_topic = f"{unique_topic}-in"
     create_topic(kafka_bootstrap, source_topic, 1)
-    consumer, metadata = group_metadata(kafka_bootstrap, f"group-{unique_topic}")
+    metadata = group_metadata(kafka_bootstrap, f"group-{unique_topic}")
     sink.start()
     sink.begin_epoch()
     sink.write(ROWS)
@@ -84,15 +92,18 @@ def test_a_committed_epoch_carries_output_dead_letters_and_tagged_offsets(kafka_
 
     assert sorted(orjson.loads(v)["id"] for v in read_values(kafka_bootstrap, unique_topic)) == [1, 2, 3]
     assert read_values(kafka_bootstrap, f"{unique_topic}-dlq") == [b"{bad"]
-    committed = consumer.committed([TopicPartition(source_topic, 0)], timeout=10)[0]
+    consumer = group_consumer(kafka_bootstrap, f"group-{unique_topic}")
+    try:
+        committed = consumer.committed([TopicPartition(source_topic, 0)], timeout=10)[0]
+    finally:
+        consumer.close()
     assert (committed.offset, checkpoint_id_from_metadata(committed.metadata)) == (42, 7)
-    consumer.close()
 
 
 @BOTH_WAYS
 def test_metadata_columns_are_not_written_unless_selected(kafka_bootstrap: str, unique_topic: str) -> None:
     sink = sink_for(kafka_bootstrap, unique_topic, include_metadata=("__kafka_offset",))
-    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    metadata = group_metadata(kafka_bootstrap, "unused")
     sink.start()
     sink.begin_epoch()
     sink.write(ROWS.select(["id"]).append_column("__kafka_partition", pa.array([0, 0, 0], pa.int32()))
@@ -119,7 +130,7 @@ def test_an_aborted_epoch_leaves_nothing_for_read_committed(kafka_bootstrap: str
 @BOTH_WAYS
 def test_a_newer_instance_fences_the_older_one(kafka_bootstrap: str, unique_topic: str) -> None:
     old = sink_for(kafka_bootstrap, unique_topic)
-    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    metadata = group_metadata(kafka_bootstrap, "unused")
     old.start()
     old.begin_epoch()
     old.write(ROWS)
@@ -152,7 +163,7 @@ def raised_with_cause(error: BaseException, cause: BaseException) -> BaseExcepti
 @BOTH_WAYS
 def test_rows_are_keyed_by_the_key_column_as_text_or_bytes(kafka_bootstrap: str, unique_topic: str) -> None:
     sink = sink_for(kafka_bootstrap, unique_topic, key_column="user")
-    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    metadata = group_metadata(kafka_bootstrap, "unused")
     sink.start()
     sink.begin_epoch()
     produced = sink.write(pa.table({"id": [1, 2, 3], "user": ["ann", None, "zoë"]}))
@@ -172,7 +183,7 @@ def test_a_record_the_broker_refuses_aborts_its_epoch_and_the_replay_names_the_r
     After an aborted epoch rows go record by record until an epoch commits, so the replay names the reason."""
     create_topic(kafka_bootstrap, unique_topic, 2, config={"max.message.bytes": "2000"})
     sink = sink_for(kafka_bootstrap, unique_topic, producer_config={"compression.type": "none"})
-    _, metadata = group_metadata(kafka_bootstrap, "unused")
+    metadata = group_metadata(kafka_bootstrap, "unused")
     too_large = pa.table({"id": [2, 3], "text": ["short", "x" * 5000]})
     sink.start()
     sink.begin_epoch()
