@@ -145,6 +145,9 @@ def filter_late_rows(batch: pa.RecordBatch, watermark: int | Mapping[int, int] |
     """
     if watermark is None or (isinstance(watermark, Mapping) and not watermark):
         return batch, batch.slice(0, 0)
+    times = event_times_ms(batch, column)
+    if _none_below(times, max(watermark.values()) if isinstance(watermark, Mapping) else watermark):
+        return batch, batch.slice(0, 0)  # the common case, without a per-row threshold or a copy of the batch
     threshold: pa.Array[Any] | pa.Scalar[Any]
     if isinstance(watermark, Mapping):
         partitions = pa.array(list(watermark), pa.int32())
@@ -152,9 +155,15 @@ def filter_late_rows(batch: pa.RecordBatch, watermark: int | Mapping[int, int] |
         threshold = pc.take(pa.array(list(watermark.values()), pa.int64()), positions)
     else:
         threshold = pa.scalar(watermark, pa.int64())
-    behind = pc.less(event_times_ms(batch, column), threshold)
+    behind = pc.less(times, threshold)
     late = cast(pa.BooleanArray, pc.fill_null(behind, pa.scalar(False)))
     return batch.filter(pc.invert(late)), batch.filter(late)
+
+
+def _none_below(times: pa.Array[pa.Int64Scalar], threshold: int) -> bool:
+    """Whether no event time is below ``threshold`` (rows without one are never late)."""
+    earliest = pc.min(times).as_py()
+    return earliest is None or earliest >= threshold
 
 
 def observe_batch(tracker: WatermarkTracker, batch: pa.RecordBatch, column: str | None) -> None:

@@ -173,6 +173,20 @@ def test_filter_late_rows_without_watermark_keeps_every_row() -> None:
     assert late.num_rows == 0 and late.schema == batch.schema
 
 
+def test_a_batch_with_no_late_row_is_handed_on_as_it_is() -> None:
+    batch = _batch([7, 9, None, 5], partitions=[0, 1, 1, 0])
+    on_time, late = filter_late_rows(batch, {0: 5, 1: 2}, "event_ms")
+    assert on_time is batch
+    assert late.num_rows == 0 and late.schema == batch.schema
+
+
+def test_per_partition_thresholds_judge_rows_the_highest_threshold_would_not_let_pass() -> None:
+    """A row above its own partition's threshold stays even when another partition's is higher."""
+    on_time, late = filter_late_rows(_batch([6, 4, 30, None], partitions=[0, 0, 1, 1]), {0: 5, 1: 20}, "event_ms")
+    assert on_time.column("id").to_pylist() == [0, 2, 3]
+    assert late.column("id").to_pylist() == [1]
+
+
 def test_rows_are_judged_late_by_their_own_partition_and_a_quiet_partition_follows_the_others(
         clock: FakeClock) -> None:
     tracker = WatermarkTracker(1_000, 10_000, clock)
