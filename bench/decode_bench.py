@@ -4,7 +4,8 @@
 
 Records follow examples/schema-files/event.avsc / event.schema.json (id long, user string, amount double,
 ts timestamp, country string, flag boolean, session uuid string, note nullable string). Payloads are made
-by each format's own encoder, then decoded in batches of ``--batch-size`` as a Kafka source would. Two
+by each format's own encoder, then decoded in batches of ``--batch-size`` as a Kafka source would. The
+"no C codec" row is the JSON format without ``schemas/_native_json.c`` (Arrow's reader, DuckDB's writer). Two
 alternatives are measured beside the chosen JSON paths, so the choice stays justified by numbers:
 orjson + ``RecordBatch.from_pylist`` for decode, and ``to_pylist`` + ``orjson.dumps`` for encode. The
 "peer" row is what a per-record Python consumer does: fastavro with logical types into dicts, no Arrow.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas import FormatSpec, make_format
+from schemas import native_json as native_json_module
 from schemas.avro_arrow import load_avro_schema
 from schemas.base import Format
 
@@ -118,6 +121,7 @@ def main() -> None:
 
     formats = {
         "json (JSON Schema)": make_format(FormatSpec("json", schema=EVENT_JSON_SCHEMA)),
+        "json (JSON Schema), no C codec": _without_native_json(FormatSpec("json", schema=EVENT_JSON_SCHEMA)),
         "json (inferred)": make_format(FormatSpec("json")),
         "avro": make_format(FormatSpec("avro", schema=EVENT_AVSC)),
         "avro-confluent": _confluent(),
@@ -136,7 +140,7 @@ def main() -> None:
                                                    args.repeat)})
     rows.append({"format": "  alt: json encode to_pylist+orjson", "bytes": rows[0]["bytes"],
                  "encode": json_encode_alternative(batch.cast(json_schema), args.batch_size, args.repeat)})
-    rows.append({"format": "  peer: fastavro per record, dicts only", "bytes": rows[2]["bytes"],
+    rows.append({"format": "  peer: fastavro per record, dicts only", "bytes": rows[3]["bytes"],
                  "decode": fastavro_dicts_only(outputs["avro"], args.repeat)})
 
     print(f"{args.records:,} records, batches of {args.batch_size:,}, best of {args.repeat}, "
@@ -146,6 +150,17 @@ def main() -> None:
         decode = f"{row['decode']:,.0f}" if "decode" in row else "-"
         encode = f"{row['encode']:,.0f}" if "encode" in row else "-"
         print(f"{row['format']:40} {row['bytes']:9.0f} {decode:>14} {encode:>14}")
+
+
+def _without_native_json(spec: FormatSpec) -> Format:
+    """The format as it is without ``schemas/_native_json.c``: Arrow's reader and DuckDB's writer."""
+    os.environ[native_json_module.SWITCH] = "0"
+    native_json_module.native_json.cache_clear()
+    try:
+        return make_format(spec)
+    finally:
+        del os.environ[native_json_module.SWITCH]
+        native_json_module.native_json.cache_clear()
 
 
 def _confluent() -> Format:

@@ -14,12 +14,9 @@ per-record calls, with the same guarantees.
 from __future__ import annotations
 
 import functools
-import importlib
-import logging
-import os
 from types import ModuleType
 
-log = logging.getLogger(__name__)
+from schemas.extensions import load_extension
 
 SWITCH = "EPOCHLINE_NATIVE_IO"
 """Environment variable: ``0`` (or ``false``/``off``/``no``) keeps the C module unused."""
@@ -28,14 +25,7 @@ SWITCH = "EPOCHLINE_NATIVE_IO"
 @functools.cache
 def native_io() -> ModuleType | None:
     """The C module, or None when it is switched off or was not built (logged once, with the reason)."""
-    if os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "off", "no"):
-        log.info("native Kafka I/O switched off", extra={"variable": SWITCH})
-        return None
     import confluent_kafka  # noqa: F401 - the C module finds the librdkafka this loads
 
-    try:
-        return importlib.import_module("connectors._native_io")
-    except ImportError as error:
-        log.warning("native Kafka I/O not available: records go through confluent-kafka one by one",
-                    extra={"reason": str(error)})
-        return None
+    return load_extension("connectors._native_io", switch=SWITCH, what="native Kafka I/O",
+                          instead="records go through confluent-kafka one by one")

@@ -1,4 +1,10 @@
-"""JSON: one JSON object per message value, decoded in bulk by Arrow's C++ JSON reader.
+"""JSON: one JSON object per message value, decoded in bulk by a C reader for flat schemas or Arrow's C++ JSON
+reader.
+
+Flat schemas (64-bit integers, doubles, booleans, strings, and the types that travel as strings) are read by
+the C reader of ``schemas.native_json`` first: 0.29 against 1.35 µs per record for the benchmark's records.
+It takes a batch only when it reads every payload to the values the path below reads, and hands the batch
+to that path otherwise (a bad payload anywhere in it), which then gives every verdict and reason.
 
 Decode: the payloads are joined into one newline-delimited buffer and parsed by ``pyarrow.json.read_json``
 (with the schema's "wire" types, see ``schemas.json_wire``), then nulls in required fields are found
@@ -26,8 +32,10 @@ records with a schema (~8% of the bulk decode; most of it finding exponents of 3
 Without a schema the types are inferred by Arrow per call; rows whose field types conflict with the rows
 before them become failures.
 
-Encode: column-wise conversion to JSON-printable types, then DuckDB's ``to_json`` prints every row in C++
-(372k records/s against 175k for ``to_pylist`` + ``orjson.dumps``, same bench). Keys follow the schema's
+Encode: column-wise conversion to JSON-printable types, then every row is printed in C: by the C writer of
+``schemas.native_json`` when every column is flat (integers, doubles, booleans, strings, timestamps), with
+the same bytes as DuckDB's ``to_json``, else by DuckDB's ``to_json`` (372k records/s against 175k for
+``to_pylist`` + ``orjson.dumps``, same bench). Keys follow the schema's
 field order; nulls are written as ``null``. ``decode(encode(batch))`` equals ``batch`` for every type of
 the schema mapping.
 """
@@ -54,6 +62,7 @@ import pyarrow.json as pj
 from schemas.arrow_batches import conform_batch, empty_batch, map_batch_leaves, table_to_batch
 from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, EncodeError, SchemaError
 from schemas.json_wire import text_to_value, unsupported_type, value_to_text, wire_schema
+from schemas.native_json import FlatJsonReader, flat_json_reader, flat_json_writer
 
 _MIN_BLOCK_SIZE = 1 << 16
 _ARROW_REJECTIONS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError)
@@ -145,6 +154,8 @@ class JsonFormat:
             pj.ParseOptions(explicit_schema=wire_schema(schema), unexpected_field_behavior="ignore")
             if schema is not None else pj.ParseOptions()
         )
+        self._flat_reader = flat_json_reader(wire_schema(schema)) if schema is not None else None
+        self._flat_writer = flat_json_writer()
         self._duckdb: duckdb.DuckDBPyConnection | None = None  # opened by the first encode
         self._duckdb_lock = threading.Lock()
 
@@ -155,6 +166,16 @@ class JsonFormat:
     # ----------------------------------------------------------------------------------------- decode
 
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
+        """The payloads as rows of the schema, each one that is not a JSON object of it as a failure with
+        its reason; by the C reader when it takes them all, else by ``_decode_payloads``."""
+        if self._flat_reader is not None and self._schema is not None and payloads and None not in payloads:
+            piece = self._read_flat(pa.array(payloads, pa.binary()), self._flat_reader, self._schema)
+            if piece is not None:
+                return Decoded(piece.batch, piece.indices, piece.failures)
+        return self._decode_payloads(payloads)
+
+    def _decode_payloads(self, payloads: Sequence[bytes | None]) -> Decoded:
+        """The reference path: in bulk by Arrow's reader when it may, else payload by payload."""
         indices = list(range(len(payloads)))
         failures: list[DecodeFailure] = []
         if None in payloads:
@@ -169,14 +190,31 @@ class JsonFormat:
         return Decoded(self._combine(pieces), decoded, failures)
 
     def decode_column(self, values: pa.BinaryArray) -> Decoded:
-        """``decode`` of an Arrow binary column's values. The common batch (no null, each value exactly one
-        object, ``_framed_column``) is joined by an Arrow kernel and parsed with no bytes object per value;
-        any other goes through ``decode``, so a value's verdict is the same either way."""
-        framed = _framed_column(values)
-        piece = self._in_bulk(list(range(len(values))), framed) if framed is not None else None
+        """``decode`` of an Arrow binary column's values. A batch of a flat schema with no null value is
+        read by the C reader (``schemas.native_json``) when it takes every value; else the common batch (no
+        null, each value exactly one object, ``_framed_column``) is joined by an Arrow kernel and parsed with
+        no bytes object per value; any other goes through ``decode``, so a value's verdict is the same
+        whichever way it went."""
+        piece = None
+        if self._flat_reader is not None and self._schema is not None and len(values) and not values.null_count:
+            piece = self._read_flat(values, self._flat_reader, self._schema)
         if piece is None:
-            return self.decode(values.to_pylist())
+            framed = _framed_column(values)
+            piece = self._in_bulk(list(range(len(values))), framed) if framed is not None else None
+        if piece is None:
+            return self._decode_payloads(values.to_pylist())
         return Decoded(piece.batch, piece.indices, piece.failures)
+
+    def _read_flat(self, values: pa.BinaryArray, reader: FlatJsonReader, schema: pa.Schema) -> _Piece | None:
+        """The values read by the C reader and typed as ``_parse`` types Arrow's batch, or None when the C
+        reader hands them back or a text value does not convert (the reference path then finds the culprit)."""
+        batch = reader.read(values)
+        if batch is None:
+            return None
+        try:
+            return self._typed_piece(list(range(len(values))), _ColumnValues(values), batch, schema)
+        except _ARROW_REJECTIONS:
+            return None
 
     def _decode_lines(self, indices: list[int], lines: list[bytes]) -> list[_Piece]:
         if not lines:
@@ -321,6 +359,9 @@ class JsonFormat:
                     raise EncodeError(f"json encode: column {found} has no JSON representation")
         if batch.num_rows == 0:
             return pa.chunked_array([], pa.binary())
+        written = self._flat_writer.write(batch) if self._flat_writer is not None else None
+        if written is not None:
+            return pa.chunked_array([written], pa.binary())
         printable = pa.Table.from_batches([map_batch_leaves(batch, wire_schema(batch.schema), value_to_text)])
         with self._duckdb_lock:
             if self._duckdb is None:
