@@ -29,6 +29,43 @@
 
 enum kind { KIND_INT64 = 'i', KIND_DOUBLE = 'd', KIND_BOOL = 'b', KIND_STRING = 's', KIND_TIMESTAMP = 't' };
 
+/* Bytes that grow by doubling: a string field's values (reading) or the rows' text (writing). Arrow's
+ * int32 offsets address at most INT32_MAX bytes, so it never grows beyond: `too_large` once it would,
+ * `out_of_memory` once an allocation failed. */
+typedef struct {
+    char *data;
+    size_t size, capacity;
+    int too_large, out_of_memory;
+} Text;
+
+/* Where `n` more bytes go (the caller adds them to `size`), or NULL once the text cannot grow. */
+static char *room(Text *t, size_t n) {
+    if (t->too_large || t->out_of_memory) return NULL;
+    if (t->size + n > t->capacity) {
+        size_t capacity = t->capacity ? t->capacity : 1 << 16;
+        while (capacity < t->size + n) capacity *= 2;
+        if (capacity > INT32_MAX) {
+            t->too_large = 1;
+            return NULL;
+        }
+        char *data = realloc(t->data, capacity);
+        if (!data) {
+            t->out_of_memory = 1;
+            return NULL;
+        }
+        t->data = data;
+        t->capacity = capacity;
+    }
+    return t->data + t->size;
+}
+
+static void put(Text *t, const char *bytes, size_t n) {
+    char *at = room(t, n);
+    if (!at) return;
+    memcpy(at, bytes, n);
+    t->size += n;
+}
+
 /* One field's output: an Arrow validity bitmap (made at the first null), values (8 bytes a row, a bitmap
  * for booleans, or UTF-8 bytes for strings) and, for strings, int32 offsets. */
 typedef struct {
@@ -37,8 +74,7 @@ typedef struct {
     Py_ssize_t name_len;
     uint8_t *validity;
     Py_ssize_t nulls;
-    char *data;
-    size_t size, capacity;
+    Text values;
     int32_t *offsets;
 } Field;
 
@@ -52,20 +88,6 @@ typedef struct {
 typedef struct {
     const unsigned char *p, *end;
 } Cursor;
-
-static int reserve(Plan *plan, Field *f, size_t more) {
-    if (f->size + more <= f->capacity) return 0;
-    size_t capacity = f->capacity ? f->capacity : 1 << 16;
-    while (capacity < f->size + more) capacity *= 2;
-    char *data = realloc(f->data, capacity);
-    if (!data) {
-        plan->failed = 1;
-        return -1;
-    }
-    f->data = data;
-    f->capacity = capacity;
-    return 0;
-}
 
 static void set_null(Plan *plan, Field *f, Py_ssize_t row) {
     if (!f->validity) {
@@ -330,17 +352,20 @@ static int read_field_value(Plan *plan, Field *f, Cursor *c, Py_ssize_t row) {
     }
     switch (f->kind) {
     case KIND_BOOL:
-        if (literal(c, "true", 4)) f->data[row / 8] |= (char)(1u << (row % 8));
+        if (literal(c, "true", 4)) f->values.data[row / 8] |= (char)(1u << (row % 8));
         else if (!literal(c, "false", 5)) return 0;
         return 1;
     case KIND_STRING: {
         if (c->p >= c->end || *c->p != '"') return 0;
         c->p++;
-        if (reserve(plan, f, (size_t)(c->end - c->p)) < 0) return 0;
+        char *at = room(&f->values, (size_t)(c->end - c->p));
+        if (!at) {
+            plan->failed = f->values.out_of_memory; /* else beyond int32 offsets: the reference path reads it */
+            return 0;
+        }
         size_t written;
-        if (!read_string(c, (unsigned char *)f->data + f->size, &written)) return 0;
-        if (f->size + written > INT32_MAX) return 0;
-        f->size += written;
+        if (!read_string(c, (unsigned char *)at, &written)) return 0;
+        f->values.size += written;
         return 1;
     }
     default: {
@@ -350,10 +375,10 @@ static int read_field_value(Plan *plan, Field *f, Cursor *c, Py_ssize_t row) {
         if (!read_number(c, &is_integer, &integer, &fits, &number)) return 0;
         if (f->kind == KIND_INT64) {
             if (!is_integer || !fits) return 0;
-            memcpy(f->data + 8 * row, &integer, 8);
+            memcpy(f->values.data + 8 * row, &integer, 8);
         } else {
             if (is_integer && !fits) return 0;
-            memcpy(f->data + 8 * row, &number, 8);
+            memcpy(f->values.data + 8 * row, &number, 8);
         }
         return 1;
     }
@@ -414,7 +439,7 @@ static int read_object(Plan *plan, Cursor *c, Py_ssize_t row) {
     for (int i = 0; i < plan->count; i++) {
         Field *f = &plan->fields[i];
         if (!seen[i]) set_null(plan, f, row);
-        if (f->kind == KIND_STRING) f->offsets[row + 1] = (int32_t)f->size;
+        if (f->kind == KIND_STRING) f->offsets[row + 1] = (int32_t)f->values.size;
     }
     return !plan->failed;
 }
@@ -432,9 +457,9 @@ static int plan_start(Plan *plan, PyObject *names, const char *kinds, Py_ssize_t
             f->offsets = calloc((size_t)rows + 1, 4);
             if (!f->offsets) return -1;
         } else {
-            f->capacity = f->kind == KIND_BOOL ? (size_t)(rows + 7) / 8 : 8 * (size_t)rows;
-            f->data = calloc(f->capacity ? f->capacity : 1, 1);
-            if (!f->data) return -1;
+            size_t size = f->kind == KIND_BOOL ? (size_t)(rows + 7) / 8 : 8 * (size_t)rows;
+            f->values = (Text){.data = calloc(size ? size : 1, 1), .size = size, .capacity = size};
+            if (!f->values.data) return -1;
         }
     }
     return 0;
@@ -443,7 +468,7 @@ static int plan_start(Plan *plan, PyObject *names, const char *kinds, Py_ssize_t
 static void plan_free(Plan *plan) {
     for (int i = 0; i < plan->count; i++) {
         free(plan->fields[i].validity);
-        free(plan->fields[i].data);
+        free(plan->fields[i].values.data);
         free(plan->fields[i].offsets);
     }
 }
@@ -454,11 +479,10 @@ static PyObject *plan_buffers(Plan *plan) {
     if (!out) return NULL;
     for (int i = 0; i < plan->count; i++) {
         Field *f = &plan->fields[i];
-        size_t size = f->kind == KIND_STRING ? f->size : f->capacity;
         PyObject *item = Py_BuildValue(
             "(Ny#Nn)",
             f->validity ? PyBytes_FromStringAndSize((char *)f->validity, (plan->rows + 7) / 8) : Py_NewRef(Py_None),
-            f->data ? f->data : "", (Py_ssize_t)size,
+            f->values.data ? f->values.data : "", (Py_ssize_t)f->values.size,
             f->offsets ? PyBytes_FromStringAndSize((char *)f->offsets, 4 * (plan->rows + 1)) : Py_NewRef(Py_None),
             f->nulls);
         if (!item) {
@@ -525,36 +549,6 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ writing */
-
-/* Text grows by doubling; `failed` once an allocation failed or the text passed int32 offsets. */
-typedef struct {
-    char *data;
-    size_t size, capacity;
-    int failed;
-} Text;
-
-static char *room(Text *t, size_t n) {
-    if (t->failed) return NULL;
-    if (t->size + n > t->capacity) {
-        size_t capacity = t->capacity ? t->capacity : 1 << 16;
-        while (capacity < t->size + n) capacity *= 2;
-        char *data = capacity <= INT32_MAX ? realloc(t->data, capacity) : NULL;
-        if (!data) {
-            t->failed = 1;
-            return NULL;
-        }
-        t->data = data;
-        t->capacity = capacity;
-    }
-    return t->data + t->size;
-}
-
-static void put(Text *t, const char *bytes, size_t n) {
-    char *at = room(t, n);
-    if (!at) return;
-    memcpy(at, bytes, n);
-    t->size += n;
-}
 
 /* A JSON string as DuckDB's to_json writes it: `"` `\` and the control characters escaped (\b \f \n \r \t,
  * the others as \u00XX in upper-case hex), everything else (DEL, non-ASCII UTF-8, '/') as it is. */
@@ -857,7 +851,7 @@ static PyObject *encode(PyObject *module, PyObject *args) {
     for (Py_ssize_t i = 0; i < count; i++)
         if (source_open(&sources[i], PyList_GET_ITEM(columns, i), rows) < 0) goto done;
     offsets[0] = 0;
-    for (Py_ssize_t row = 0; row < rows && !text.failed; row++) {
+    for (Py_ssize_t row = 0; row < rows && !text.too_large && !text.out_of_memory; row++) {
         for (Py_ssize_t i = 0; i < count; i++) {
             put(&text, i ? "," : "{", 1);
             put_string(&text, (const unsigned char *)sources[i].name, (size_t)sources[i].name_len);
@@ -867,7 +861,7 @@ static PyObject *encode(PyObject *module, PyObject *args) {
         put(&text, count ? "}" : "{}", count ? 1 : 2);
         offsets[row + 1] = (int32_t)text.size;
     }
-    if (text.failed) result = Py_NewRef(Py_None);
+    if (text.too_large || text.out_of_memory) result = Py_NewRef(Py_None);
     else
         result = Py_BuildValue("(y#y#)", text.data ? text.data : "", (Py_ssize_t)text.size, (char *)offsets,
                                (Py_ssize_t)(4 * (rows + 1)));

@@ -62,7 +62,7 @@ import pyarrow.json as pj
 from schemas.arrow_batches import conform_batch, empty_batch, map_batch_leaves, table_to_batch
 from schemas.base import NULL_PAYLOAD_REASON, Decoded, DecodeFailure, EncodeError, SchemaError
 from schemas.json_wire import text_to_value, unsupported_type, value_to_text, wire_schema
-from schemas.native_json import FlatJsonReader, flat_json_reader, flat_json_writer
+from schemas.native_json import flat_json_reader, flat_json_writer
 
 _MIN_BLOCK_SIZE = 1 << 16
 _ARROW_REJECTIONS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError)
@@ -168,8 +168,8 @@ class JsonFormat:
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
         """The payloads as rows of the schema, each one that is not a JSON object of it as a failure with
         its reason; by the C reader when it takes them all, else by ``_decode_payloads``."""
-        if self._flat_reader is not None and self._schema is not None and payloads and None not in payloads:
-            piece = self._read_flat(pa.array(payloads, pa.binary()), self._flat_reader, self._schema)
+        if self._flat_reader is not None and None not in payloads:
+            piece = self._read_flat(pa.array(payloads, pa.binary()))
             if piece is not None:
                 return Decoded(piece.batch, piece.indices, piece.failures)
         return self._decode_payloads(payloads)
@@ -193,11 +193,9 @@ class JsonFormat:
         """``decode`` of an Arrow binary column's values. A batch of a flat schema with no null value is
         read by the C reader (``schemas.native_json``) when it takes every value; else the common batch (no
         null, each value exactly one object, ``_framed_column``) is joined by an Arrow kernel and parsed with
-        no bytes object per value; any other goes through ``decode``, so a value's verdict is the same
-        whichever way it went."""
-        piece = None
-        if self._flat_reader is not None and self._schema is not None and len(values) and not values.null_count:
-            piece = self._read_flat(values, self._flat_reader, self._schema)
+        no bytes object per value; any other goes payload by payload (``_decode_payloads``), so a value's
+        verdict is the same whichever way it went."""
+        piece = self._read_flat(values)
         if piece is None:
             framed = _framed_column(values)
             piece = self._in_bulk(list(range(len(values))), framed) if framed is not None else None
@@ -205,14 +203,17 @@ class JsonFormat:
             return self._decode_payloads(values.to_pylist())
         return Decoded(piece.batch, piece.indices, piece.failures)
 
-    def _read_flat(self, values: pa.BinaryArray, reader: FlatJsonReader, schema: pa.Schema) -> _Piece | None:
-        """The values read by the C reader and typed as ``_parse`` types Arrow's batch, or None when the C
-        reader hands them back or a text value does not convert (the reference path then finds the culprit)."""
-        batch = reader.read(values)
+    def _read_flat(self, values: pa.BinaryArray) -> _Piece | None:
+        """The values read by the C reader and typed as ``_parse`` types Arrow's batch, or None when there is
+        no C reader for the schema, a value is null, the C reader hands them back or a text value does not
+        convert (the reference path then finds the culprit)."""
+        if self._flat_reader is None or self._schema is None or not len(values) or values.null_count:
+            return None
+        batch = self._flat_reader.read(values)
         if batch is None:
             return None
         try:
-            return self._typed_piece(list(range(len(values))), _ColumnValues(values), batch, schema)
+            return self._typed_piece(list(range(len(values))), _ColumnValues(values), batch, self._schema)
         except _ARROW_REJECTIONS:
             return None
 
