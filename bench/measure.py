@@ -37,11 +37,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from bench.contenders import Contender, JobSpec
 from connectors.admin import end_offsets, partitions_of
+from connectors.fetched import make_fetcher
 from connectors.source import FETCH_DEFAULTS
 
 log = logging.getLogger(__name__)
@@ -102,7 +104,13 @@ class OutputTailer(threading.Thread):
     """Reads an output topic from the beginning under ``read_committed`` and counts what becomes visible.
 
     ``target_reached_at`` is the wall-clock time the count first reached ``target``. With ``id_of`` it
-    also decodes each value's id and records when each id arrived (latency probes).
+    also decodes each value's id and records when each id arrived (latency probes); without, it counts
+    through epochline's C reader (``connectors.fetched.make_fetcher``; confluent-kafka's ``consume`` when the
+    module is not built), with no Python object per record. Why: an exactly-once contender's epoch becomes
+    visible all at once at its commit, and counting it one ``Message`` at a time took the tailer about 1 µs
+    per record after the commit (0.49 s for a 500,000-record transaction, 2026-12-04), time that counted as
+    the contender's, in proportion to its last epoch's size, while an at-least-once contender's records
+    were counted as they came (bench/README.md, "The tailer's own time").
     """
 
     def __init__(self, bootstrap: str, topic: str, target: int = 0,
@@ -121,26 +129,44 @@ class OutputTailer(threading.Thread):
             # becomes visible at once, and the tailer's own prefetch pauses must not be the last step.
             **FETCH_DEFAULTS,
         })
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(bootstrap, topic)])
+        partitions = partitions_of(bootstrap, topic)
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self._fetcher = make_fetcher(self._consumer, topic, TAIL_BATCH) if id_of is None else None
+        if self._fetcher is not None:
+            self._fetcher.attach(partitions)
 
     def run(self) -> None:
         try:
             while not self._halt.is_set():
-                messages = self._consumer.consume(num_messages=10_000, timeout=0.05)
-                arrived = time.time()
-                for message in messages:
-                    if message.error() is None:
-                        self.count += 1
-                        if self._id_of is not None:
-                            self.arrivals.setdefault(self._id_of(message.value()), arrived)
+                self.count += self._take()
                 if self.target_reached_at is None and self.target and self.count >= self.target:
-                    self.target_reached_at = arrived
+                    self.target_reached_at = time.time()
         finally:
+            if self._fetcher is not None:
+                self._fetcher.close()
             self._consumer.close()
+
+    def _take(self) -> int:
+        """Records that became visible since the last call (waiting up to 50 ms for some)."""
+        if self._fetcher is not None:
+            return len(self._fetcher.fetch(0.05).records)
+        messages = self._consumer.consume(num_messages=TAIL_BATCH, timeout=0.05)
+        arrived = time.time()
+        taken = 0
+        for message in messages:
+            if message.error() is None:
+                taken += 1
+                if self._id_of is not None:
+                    self.arrivals.setdefault(self._id_of(message.value()), arrived)
+        return taken
 
     def halt(self) -> None:
         self._halt.set()
         self.join(10.0)
+
+
+TAIL_BATCH = 10_000
+"""Records the tailer takes per read."""
 
 
 @dataclass
@@ -240,6 +266,14 @@ class Latency:
     group, the first transaction and (for exactly-once contenders) the first commit interval."""
 
 
+class PacedProduce(Protocol):
+    """Writes one row per id at ``rate`` rows/s to the live input (``bench.workload.produce_paced``), each
+    row's producer timestamp into ``stamps``; stops early once ``until`` says True."""
+
+    def __call__(self, ids: range, rate: float, stamps: dict[int, int],
+                 until: Callable[[], bool] | None = None) -> None: ...
+
+
 @dataclass
 class LatencyPlan:
     """Probe records written while the contender runs live; ids far above the backlog's."""
@@ -249,7 +283,7 @@ class LatencyPlan:
     warmup_first_id: int = 10**12
     probe_first_id: int = 2 * 10**12
     warmup_timeout: float = 90.0
-    warmup_every_s: float = 0.1
+    warmup_every_s: float = 0.02
     probe_ids: range = field(init=False)
 
     def __post_init__(self) -> None:
@@ -257,7 +291,7 @@ class LatencyPlan:
 
 
 def measure_latency(contender: Contender, job: JobSpec, id_of: Callable[[bytes], int], plan: LatencyPlan,
-                    produce: Callable[[range, float, dict[int, int]], None]) -> Latency:
+                    produce: PacedProduce) -> Latency:
     """Run the contender live on ``job``'s fresh topics and time probe records through it.
 
     ``produce(ids, rate, stamps)`` writes rows with the given ids at ``rate`` rows/s to the job's input
@@ -287,21 +321,23 @@ def measure_latency(contender: Contender, job: JobSpec, id_of: Callable[[bytes],
 
 
 def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: LatencyPlan,
-             produce: Callable[[range, float, dict[int, int]], None]) -> float:
-    """Write a warm-up row every ``plan.warmup_every_s`` until one comes out (the contender is then fully
-    running); returns the seconds from the process start to that first output."""
+             produce: PacedProduce) -> float:
+    """Write a warm-up row every ``plan.warmup_every_s``, all with one producer, until one comes out (the
+    contender is then fully running); returns the seconds from the process start to that first output.
+
+    One producer for all of them: until 2026-12-04 each row had a producer of its own (connect, metadata,
+    flush: 50-100 ms of the harness's CPU on the cores the starting contender needs) and a 0.1 s sleep after
+    it, so a row reached the contender every 0.15-0.2 s and the start-up was measured that coarsely."""
     deadline = time.monotonic() + plan.warmup_timeout
-    next_id = plan.warmup_first_id
-    while not tailer.arrivals:
-        if time.monotonic() > deadline:
-            raise ContenderFailed(f"no output within {plan.warmup_timeout:.0f}s of starting it live")
-        if child.poll() is not None:
-            raise ContenderFailed(f"exited with code {child.usage.exit_code} while warming up; "
-                                  f"see {job.workdir / 'contender.log'}")
-        produce(range(next_id, next_id + 1), 100.0, {})
-        next_id += 1
-        time.sleep(plan.warmup_every_s)
-    return min(tailer.arrivals.values()) - child.started_at
+    rows = range(plan.warmup_first_id, plan.warmup_first_id + int(plan.warmup_timeout / plan.warmup_every_s) + 1)
+    produce(rows, 1 / plan.warmup_every_s, {},
+            until=lambda: bool(tailer.arrivals) or child.poll() is not None or time.monotonic() > deadline)
+    if tailer.arrivals:
+        return min(tailer.arrivals.values()) - child.started_at
+    if child.poll() is not None:
+        raise ContenderFailed(f"exited with code {child.usage.exit_code} while warming up; "
+                          f"see {job.workdir / 'contender.log'}")
+    raise ContenderFailed(f"no output within {plan.warmup_timeout:.0f}s of starting it live")
 
 
 def resident_high_water_kb(pid: int) -> int:

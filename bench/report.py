@@ -6,7 +6,7 @@ import dataclasses
 import os
 import platform
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -39,6 +39,9 @@ class Result:
     latency_p99_ms: float | None = None
     latency_samples: int | None = None
     first_output_s: float | None = None  # process start to its first committed output, in the latency run
+    runs_records_per_s: list[float | None] = field(default_factory=list)
+    """With ``--repeat``: every repetition's records/s in run order (None where it failed); the other numbers
+    are those of the median run."""
 
     def set_cpu(self, client_seconds: float, broker_seconds: float | None, records: int) -> None:
         """The CPU split of a run over ``records`` input records; without the broker's CPU (``--bootstrap``)
@@ -103,8 +106,16 @@ def render_table(results: list[Result], title: str) -> Table:
     for result in results:
         style = {"ok": "green", FAILED: "bold red"}.get(result.status, "yellow")
         cells = [_cell(result, reference, field_name, pattern) for _, field_name, pattern in COLUMNS]
-        table.add_row(result.contender, f"[{style}]{result.status}[/]", *cells, result.reason or result.note)
+        table.add_row(result.contender, f"[{style}]{result.status}[/]", *cells, _note(result))
     return table
+
+
+def _note(result: Result) -> str:
+    note = result.reason or result.note
+    if len(result.runs_records_per_s) < 2:
+        return note
+    runs = ", ".join("failed" if rate is None else f"{rate:,.0f}" for rate in result.runs_records_per_s)
+    return f"{note}; records/s of each run: {runs}"
 
 
 def print_table(results: list[Result], title: str) -> None:

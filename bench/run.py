@@ -22,6 +22,7 @@ import contextlib
 import logging
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -145,6 +146,7 @@ class Bench:
         self.topics: list[str] = []
         self.input_id = codec(args.format, INPUT_SCHEMA).decode
         self.output_id = codec(args.format, OUTPUT_SCHEMA).decode
+        self.warm_up_rates: list[float] = []
 
     def topic(self, name: str, partitions: int = PARTITIONS) -> str:
         """Create the topic and wait until its partitions show in metadata (creation is acknowledged first)."""
@@ -184,19 +186,26 @@ class Bench:
         return lambda value: decode(value)["id"]
 
     def warm_up(self, input_topic: str, workload: Workload) -> None:
-        """Copy the input once, unmeasured, so the first measured contender does not pay for a cold broker
-        (JIT, page cache, transaction coordinator). Its output is not verified; a failure here is reported
-        and the run goes on."""
-        job = self.job(RawCopy(), "warm-up", input_topic, workload.records, bounded=True)
-        try:
-            run_to_completion(RawCopy(), job, self.args.timeout)
-        except ContenderFailed as failure:
-            print(f"  warm-up copy failed (numbers may include broker warm-up): {failure}")
+        """Copy the input ``--warm-up-copies`` times, unmeasured, so the first measured contender does not
+        pay for a cold broker (JIT, page cache, transaction coordinator): on 2026-12-04 five raw copies in a
+        row after one warm-up copy ran at 185k, 211k, 250k, 231k and 236k records/s (bench/README.md, "Run
+        order"). Each copy's records/s goes to ``warm_up_rates`` (and the results' meta); outputs are not
+        verified, and a failed copy is reported and the run goes on."""
+        for copy in range(1, self.args.warm_up_copies + 1):
+            job = self.job(RawCopy(), f"warm-up-{copy}", input_topic, workload.records, bounded=True)
+            try:
+                rate = workload.records / run_to_completion(RawCopy(), job, self.args.timeout).wall_seconds
+            except ContenderFailed as failure:
+                print(f"  warm-up copy {copy} failed (numbers may include broker warm-up): {failure}")
+                continue
+            self.warm_up_rates.append(rate)
+            print(f"  warm-up copy {copy}: {rate:,.0f} records/s")
 
     def run_contender(self, contender: Contender, input_topic: str, workload: Workload,
-                      phase: str = "throughput") -> Result:
+                      run_name: str = "") -> Result:
         """Run ``contender`` over the whole input once, verify its output, measure it (and its latency run).
-        ``phase`` names its job (topics, group, transactional id): a second run of a contender needs another."""
+        ``run_name`` goes into its jobs' names (topics, group, transactional id): a second run of a
+        contender needs another."""
         if self.args.format not in contender.formats:
             return Result(contender.name, NOT_AVAILABLE, contender.note,
                           reason=f"not available: {' and '.join(contender.formats)} only")
@@ -207,7 +216,7 @@ class Bench:
         result = Result(contender.name, FAILED, contender.note, expected_count=len(expected))
         log.info("contender starting", extra={"contender": contender.name})
         try:
-            job = self.job(contender, phase, input_topic, len(expected), bounded=True)
+            job = self.job(contender, f"throughput{run_name}", input_topic, len(expected), bounded=True)
             run = run_to_completion(contender, job, self.args.timeout, self.broker_pid)
             verdict = verify_ids(read_committed_ids(self.bootstrap, job.output_topic, self.id_reader(contender)),
                                  expected)
@@ -219,20 +228,33 @@ class Bench:
             if not verdict.ok:
                 raise ContenderFailed(verdict.problem)
             if contender.runs_live and not self.args.skip_latency:
-                self.measure_latency(contender, result)
+                self.measure_latency(contender, result, f"latency{run_name}")
             result.status = OK
         except (ContenderFailed, KafkaException, TopicAdminError) as failure:
             result.reason = f"{failure} (logs: {self.workdir / contender.name})"
         log.info("contender finished", extra={"contender": contender.name, "status": result.status})
         return result
 
-    def measure_latency(self, contender: Contender, result: Result) -> None:
-        plan = LatencyPlan(records=self.args.latency_records, rate=self.args.latency_rate)
-        live_input = self.topic(f"{contender.name}-latency-in")
-        job = self.job(contender, "latency", live_input, plan.records, bounded=False)
+    def run_repeated(self, selected: list[Contender], input_topic: str, workload: Workload) -> list[Result]:
+        """Every contender ``--repeat`` times, in ``repetition_order``. One result per contender: its
+        median run (``median_run``)."""
+        runs: dict[str, list[Result]] = {contender.name: [] for contender in selected}
+        for repetition in range(self.args.repeat):
+            for contender in repetition_order(selected, repetition):
+                started = time.monotonic()
+                run_name = "" if repetition == 0 else f"-{repetition + 1}"
+                result = self.run_contender(contender, input_topic, workload, run_name)
+                runs[contender.name].append(result)
+                print(f"  {contender.name}: {result.status} ({time.monotonic() - started:.0f}s)")
+        return [median_run(runs[contender.name]) for contender in selected]
 
-        def produce(ids: range, rate: float, stamps: dict[int, int]) -> None:
-            produce_paced(self.bootstrap, live_input, self.args.format, ids, rate, stamps)
+    def measure_latency(self, contender: Contender, result: Result, phase: str) -> None:
+        plan = LatencyPlan(records=self.args.latency_records, rate=self.args.latency_rate)
+        live_input = self.topic(f"{contender.name}-{phase}-in")
+        job = self.job(contender, phase, live_input, plan.records, bounded=False)
+
+        def produce(ids: range, rate: float, stamps: dict[int, int], until: Callable[[], bool] | None = None) -> None:
+            produce_paced(self.bootstrap, live_input, self.args.format, ids, rate, stamps, until)
 
         latency = measure_latency(contender, job, self.id_reader(contender), plan, produce)
         result.latency_p50_ms, result.latency_p99_ms = latency.p50_ms, latency.p99_ms
@@ -261,10 +283,41 @@ class Bench:
             "epochline_profiled": self.args.profile,
             "epochline_producer": dict(self.args.producer),
             "epochline_consumer": dict(self.args.consumer),
-            "broker_warm_up": not self.args.no_warm_up,
+            "broker_warm_up_copies": 0 if self.args.no_warm_up else self.args.warm_up_copies,
+            "warm_up_records_per_s": [round(rate) for rate in self.warm_up_rates],
+            "repeat": self.args.repeat,
             "machine": machine(),
             "versions": versions(),
         }
+
+
+def repetition_order(selected: list[Contender], repetition: int) -> list[Contender]:
+    """The given order, reversed on every second repetition (A B, B A, A B, ...): whatever drifts during a
+    run (the broker still warming up, a neighbour's load) then favours no contender. Measured on
+    2026-12-04: with the same order every time, the contender right after the warm-up copy was 10-15%
+    slower, whichever it was (bench/README.md, "Run order")."""
+    return list(selected) if repetition % 2 == 0 else list(reversed(selected))
+
+
+def median_run(runs: list[Result]) -> Result:
+    """A contender's result over its repetitions: the run with the median records/s (the lower middle one
+    of an even count), holding every run's records/s, and each latency number as the median (low) of the
+    runs that measured it. A run that did not finish OK is the result instead: a failure is never averaged
+    away."""
+    unfinished = next((run for run in runs if run.status != OK), None)
+    if unfinished is not None or len(runs) == 1:
+        chosen = unfinished or runs[0]
+    else:
+        chosen = sorted(runs, key=lambda run: run.records_per_s or 0.0)[(len(runs) - 1) // 2]
+        for name in LATENCY_FIELDS:
+            measured = [value for run in runs if (value := getattr(run, name)) is not None]
+            setattr(chosen, name, statistics.median_low(measured) if measured else None)
+    if len(runs) > 1:
+        chosen.runs_records_per_s = [run.records_per_s if run.status == OK else None for run in runs]
+    return chosen
+
+
+LATENCY_FIELDS = ("latency_p50_ms", "latency_p99_ms", "latency_samples", "first_output_s")
 
 
 def versions() -> dict[str, str]:
@@ -294,6 +347,14 @@ def setting(text: str) -> tuple[str, str]:
     return key, value
 
 
+def add_warm_up_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--no-warm-up`` and ``--warm-up-copies``, for ``Bench.warm_up`` (here and in scale_out.py)."""
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="skip the unmeasured raw copies of the input that warm the broker up")
+    parser.add_argument("--warm-up-copies", type=int, default=3, metavar="N",
+                        help="unmeasured raw copies of the input before the first measured run (default 3)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -306,8 +367,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-records", type=int, default=2_000, help="probe records per latency run")
     parser.add_argument("--latency-rate", type=float, default=1_000.0, help="probe records per second")
     parser.add_argument("--skip-latency", action="store_true", help="measure throughput only")
-    parser.add_argument("--no-warm-up", action="store_true",
-                        help="skip the unmeasured raw copy of the input that warms the broker up")
+    add_warm_up_arguments(parser)
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run the contenders N times, the order reversed every second time; each row "
+                             "shows the median run, and the median of each latency number (default 1)")
     parser.add_argument("--profile", action="store_true",
                         help="run the epochline contenders under pyinstrument (HTML next to the results); "
                              "their numbers then include the profiler's overhead")
@@ -320,6 +383,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "max.partition.fetch.bytes=8388608")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     if args.timeout is None:
         args.timeout = 120 + args.records / 1000
     return args
@@ -341,11 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{len(workload.expected_ids):,} pass the filter")
             if not args.no_warm_up:
                 bench.warm_up(input_topic, workload)
-            results = []
-            for contender in selected:
-                started = time.monotonic()
-                results.append(bench.run_contender(contender, input_topic, workload))
-                print(f"  {contender.name}: {results[-1].status} ({time.monotonic() - started:.0f}s)")
+            results = bench.run_repeated(selected, input_topic, workload)
             meta = bench.meta(workload)
         finally:
             if args.bootstrap:

@@ -50,7 +50,7 @@ from rich.table import Table
 from bench.contenders import Epochline, JobSpec, RawCopy
 from bench.measure import ChildProcess, ContenderFailed, CpuWindow, OutputTailer, read_committed_ids, verify_ids
 from bench.report import FAILED, OK, Result, machine
-from bench.run import RESULTS_DIR, Bench, broker, byte_compile_project, setting, versions
+from bench.run import RESULTS_DIR, Bench, add_warm_up_arguments, broker, byte_compile_project, setting, versions
 from bench.workload import FORMATS, INPUT_PRODUCER_CONFIG, SQL, Workload, generate_input
 from connectors.admin import TopicAdminError, end_offsets
 from engine.logs import configure_logging
@@ -285,7 +285,8 @@ def meta(bench: Bench, contender: Epochline, workload: Workload,
         "instance_counts": bench.args.instances,
         "repeat": bench.args.repeat,
         "broker": "private local broker" if not bench.args.bootstrap else bench.bootstrap,
-        "broker_warm_up": not bench.args.no_warm_up,
+        "broker_warm_up_copies": 0 if bench.args.no_warm_up else bench.args.warm_up_copies,
+        "warm_up_records_per_s": [round(rate) for rate in bench.warm_up_rates],
         "machine": machine(),  # its load average is read after the runs; this one before the input was written:
         "load_average_before": load_before,
         "versions": versions(),
@@ -303,8 +304,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", help="use this broker instead of starting a private one "
                                             "(broker CPU is then not measured)")
     parser.add_argument("--timeout", type=float, help="seconds per run (default 120 + records/1000)")
-    parser.add_argument("--no-warm-up", action="store_true",
-                        help="skip the unmeasured raw copy of the input that warms the broker up")
+    add_warm_up_arguments(parser)
     parser.add_argument("--consumer", nargs="+", default=[], metavar="KEY=VALUE", type=setting,
                         help="librdkafka settings for the instances' source consumer (source.consumer), e.g. "
                              "heartbeat.interval.ms=500; default: epochline's own")
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench.warm_up(input_topic, workload)
             for run in range(1, args.repeat + 1):
                 if not args.no_raw:
-                    raw[run] = bench.run_contender(RawCopy(), input_topic, workload, phase=f"r{run}")
+                    raw[run] = bench.run_contender(RawCopy(), input_topic, workload, run_name=f"-r{run}")
                     print(f"  raw-eos, run {run}: {raw[run].status} {_number(raw[run].records_per_s, '{:,.0f}')} "
                           f"records/s {raw[run].reason}".rstrip())
                 for count in args.instances:

@@ -12,12 +12,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
+from confluent_kafka import Producer
 
 from bench import kafka_streams
 from bench.contenders import BY_NAME, Epochline, JobSpec, KafkaStreams, QuixStreams, RawCopy
@@ -25,13 +28,14 @@ from bench.measure import (
     ChildProcess,
     CpuWindow,
     LatencyPlan,
+    OutputTailer,
     measure_latency,
     read_committed_ids,
     run_to_completion,
     verify_ids,
 )
 from bench.report import FAILED, NOT_AVAILABLE, OK, Result, render_table, write_json
-from bench.run import Bench, byte_compile_project, exit_on_sigterm, parse_args
+from bench.run import Bench, byte_compile_project, exit_on_sigterm, median_run, parse_args, repetition_order
 from bench.workload import (
     FORMATS,
     INPUT_SCHEMA,
@@ -152,6 +156,52 @@ def test_the_broker_cpu_window_reads_a_live_process_and_nothing_without_one() ->
     assert CpuWindow(None).close().broker_seconds is None
 
 
+def test_repetitions_alternate_the_order_so_no_contender_always_runs_first() -> None:
+    contenders = [RawCopy(), BY_NAME["epochline-eos"], BY_NAME["epochline-alo"]]
+
+    orders = [[c.name for c in repetition_order(contenders, repetition)] for repetition in range(3)]
+
+    assert orders == [["raw-eos", "epochline-eos", "epochline-alo"],
+                      ["epochline-alo", "epochline-eos", "raw-eos"],
+                      ["raw-eos", "epochline-eos", "epochline-alo"]]
+
+
+def test_a_repeated_contender_reports_its_median_run_with_every_runs_rate_and_median_latencies() -> None:
+    runs = [Result("epochline-eos", OK, "", records_per_s=rate, wall_seconds=1e6 / rate) for rate in (300.0, 100.0,
+                                                                                                       200.0, 400.0)]
+    for run, first_output in zip(runs, (0.9, 0.7, 1.1, 0.8)):
+        run.latency_p50_ms, run.first_output_s = first_output * 100, first_output
+
+    chosen = median_run(runs)
+
+    assert (chosen.records_per_s, chosen.wall_seconds) == (200.0, 5000.0)  # the lower middle run's numbers
+    assert chosen.runs_records_per_s == [300.0, 100.0, 200.0, 400.0]
+    assert (chosen.latency_p50_ms, chosen.first_output_s) == (80.0, 0.8)  # the lower middle of each
+    assert chosen.latency_p99_ms is None  # measured by no run
+    assert "records/s of each run: 300, 100, 200, 400" in cells_of(chosen)["note"]
+
+
+def test_one_failed_repetition_is_the_contenders_result() -> None:
+    runs = [Result("epochline-eos", OK, "", records_per_s=300.0),
+            Result("epochline-eos", FAILED, "", reason="2 ids duplicated")]
+
+    chosen = median_run(runs)
+
+    assert (chosen.status, chosen.reason, chosen.runs_records_per_s) == (FAILED, "2 ids duplicated", [300.0, None])
+
+
+def test_a_single_run_is_reported_as_it_is() -> None:
+    run = Result("raw-eos", OK, "", records_per_s=250.0)
+
+    assert median_run([run]) is run and run.runs_records_per_s == []
+
+
+def test_a_repeat_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--repeat", "0"])
+    assert "--repeat must be at least 1" in capsys.readouterr().err
+
+
 def test_a_failed_run_shows_its_reason_instead_of_numbers() -> None:
     table = render_table([Result("epochline-eos", FAILED, "note", reason="3 ids missing")], "t")
     note_column = table.columns[-1]
@@ -206,6 +256,51 @@ def test_a_contender_that_duplicates_records_is_caught(kafka_bootstrap: str, tmp
     assert verdict.problem.startswith("4000 records for 2000 expected: 0 ids missing, 2000 duplicated")
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("by_id", [False, True], ids=["counting", "by-id"])
+def test_the_tailer_counts_committed_records_and_never_aborted_ones(by_id: bool, kafka_bootstrap: str) -> None:
+    topic = f"bench-test-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_bootstrap, topic, 4)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    tailer = OutputTailer(kafka_bootstrap, topic, target=300, id_of=int if by_id else None)
+    tailer.start()
+    try:
+        for ids, commit in ((range(200), True), (range(200, 300), False), (range(300, 400), True)):
+            producer.begin_transaction()
+            for i in ids:
+                producer.produce(topic, str(i).encode(), partition=i % 4)
+            producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+        deadline = time.monotonic() + 60
+        while tailer.target_reached_at is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # nothing more may arrive
+    finally:
+        tailer.halt()
+
+    assert tailer.target_reached_at is not None and tailer.count == 300
+    if by_id:
+        assert sorted(tailer.arrivals) == [*range(200), *range(300, 400)]
+
+
+@pytest.mark.timeout(180)
+def test_the_warm_up_copies_the_input_as_often_as_asked_and_keeps_each_copys_rate(kafka_bootstrap: str,
+                                                                                tmp_path: Path) -> None:
+    bench = Bench(parse_args(["--warm-up-copies", "2"]), kafka_bootstrap, tmp_path)
+    input_topic = bench.topic("input")
+    workload = generate_input(kafka_bootstrap, input_topic, 1_000, "json")
+
+    bench.warm_up(input_topic, workload)
+
+    assert len(bench.warm_up_rates) == 2 and all(rate > 0 for rate in bench.warm_up_rates)
+    copies = [topic for topic in bench.topics if "warm-up" in topic and topic.endswith("-out")]
+    assert [topic.removeprefix(bench.prefix) for topic in copies] == ["-raw-eos-warm-up-1-out",
+                                                                      "-raw-eos-warm-up-2-out"]
+    assert all(len(read_committed_ids(kafka_bootstrap, topic, bench.id_reader(RawCopy()))) == 1_000
+               for topic in copies)
+    bench.delete_topics()
+
+
 @pytest.mark.timeout(180)
 def test_a_live_run_times_the_probe_records_and_the_start_up_to_the_first_output(kafka_bootstrap: str,
                                                                                  tmp_path: Path) -> None:
@@ -217,8 +312,8 @@ def test_a_live_run_times_the_probe_records_and_the_start_up_to_the_first_output
                   tmp_path / "in.avsc", tmp_path / "out.avsc", expected_outputs=100, bounded=False)
     decode = codec("json", INPUT_SCHEMA).decode
 
-    def produce(ids: range, rate: float, stamps: dict[int, int]) -> None:
-        produce_paced(kafka_bootstrap, input_topic, "json", ids, rate, stamps)
+    def produce(ids: range, rate: float, stamps: dict[int, int], until: Callable[[], bool] | None = None) -> None:
+        produce_paced(kafka_bootstrap, input_topic, "json", ids, rate, stamps, until)
 
     latency = measure_latency(RawCopy(), job, lambda value: decode(value)["id"],
                               LatencyPlan(records=100, rate=200.0), produce)

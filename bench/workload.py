@@ -233,8 +233,9 @@ def generate_input(bootstrap: str, topic: str, records: int, format_name: str, s
 
 
 def produce_paced(bootstrap: str, topic: str, format_name: str, ids: range, rate: float,
-                  stamps: dict[int, int]) -> None:
+                  stamps: dict[int, int], until: Callable[[], bool] | None = None) -> None:
     """Write one non-negative row per id at ``rate`` rows/s; put each row's producer stamp into ``stamps``.
+    ``until``, asked before each row, ends the writing early when it says True.
 
     The timestamp comes from the delivery report, i.e. the message timestamp the broker stored, so the
     latency is measured from the same clock value a consumer of the input topic sees.
@@ -252,6 +253,8 @@ def produce_paced(bootstrap: str, topic: str, format_name: str, ids: range, rate
     sent = 0
     started = time.monotonic()
     for record_id in ids:
+        if until is not None and until():
+            break
         row = make_record(record_id, rng)
         row["amount"] = abs(row["amount"])
         due = started + sent / rate
