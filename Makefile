@@ -32,9 +32,9 @@ $(QUIX_VENV)/bin/python:
 	$(PYTHON) -m venv $(QUIX_VENV)
 	$(QUIX_VENV)/bin/pip install -q "quixstreams>=3.0"
 
-bench: setup $(QUIX_VENV)/bin/python  ## epochline vs Quix Streams, Kafka Streams and the raw client (1M records)
+bench: setup $(QUIX_VENV)/bin/python  ## epochline vs Quix Streams, Kafka Streams and the raw client (1M records, 3 runs each)
 	$(BIN)/pip install -q -e ".[dev,bench]"
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python bench/run.py --repeat 3 $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(QUIX_VENV) .epochline

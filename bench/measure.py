@@ -336,7 +336,7 @@ def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: Late
         return min(tailer.arrivals.values()) - child.started_at
     if child.poll() is not None:
         raise ContenderFailed(f"exited with code {child.usage.exit_code} while warming up; "
-                          f"see {job.workdir / 'contender.log'}")
+                              f"see {job.workdir / 'contender.log'}")
     raise ContenderFailed(f"no output within {plan.warmup_timeout:.0f}s of starting it live")
 
 
