@@ -146,6 +146,12 @@ def _key_column(table: pa.Table, settings: SinkSettings) -> pa.Array[Any] | None
     return column.cast(pa.binary())
 
 
+PURGED_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+"""Records librdkafka dropped because something else failed the transaction first: their delivery reports
+can come before the one that says why, so the epoch's error names a record that failed for a reason of its
+own (a record the broker refused as too large, say) when there is one."""
+
+
 class KafkaWriter:
     """Encodes Arrow rows and produces them; shared by both delivery guarantees.
 
@@ -157,7 +163,8 @@ class KafkaWriter:
     def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format, extra: dict[str, object]):
         self.settings = settings
         self._format = value_format
-        self._failed: list[str] = []
+        self._failed: list[tuple[bool, str]] = []
+        """Each failed delivery of the epoch: whether the record was purged (a consequence), and the reason."""
         self._not_authorized: SinkError | None = None
         self.interrupted: Callable[[], bool] = lambda: False
         """Polled while calls are retried: set by the engine so a stop signal ends the retries."""
@@ -181,7 +188,8 @@ class KafkaWriter:
             return
         if error.code() in NOT_AUTHORIZED_CODES:
             self._not_authorized = not_authorized(f"producing to topic {message.topic()!r}", error)
-        self._failed.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
+        purged = error.code() in PURGED_CODES
+        self._failed.append((purged, f"{message.topic()}[{message.partition()}]: {error.str()}"))
 
     def write(self, table: pa.Table) -> Produced:
         """Encode and produce every row; returns how many records (and value bytes) went to the producer."""
@@ -252,7 +260,8 @@ class KafkaWriter:
             raise EpochAborted(f"{remaining} records to {self.settings.topic} were not delivered within {timeout}s")
         if self._failed:
             failed, self._failed = self._failed, []
-            raise EpochAborted(f"{len(failed)} records failed delivery, e.g. {failed[0]}")
+            cause = next((reason for purged, reason in failed if not purged), failed[0][1])
+            raise EpochAborted(f"{len(failed)} records failed delivery, e.g. {cause}")
 
     def _flush_slice(self, timeout: float) -> int:
         """One ``flush``; a fatal error raised inside it (fenced while records were in flight) is the sink

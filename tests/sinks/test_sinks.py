@@ -281,3 +281,39 @@ def test_checkpoint_ids_round_trip_through_offset_metadata(tmp_path: Path) -> No
     assert checkpoint_id_from_metadata(checkpoint_metadata(123)) == 123
     assert checkpoint_id_from_metadata("someone else's metadata") is None
     assert checkpoint_id_from_metadata(None) is None
+
+
+class RefusedRecord:
+    """The two things a delivery report's message is asked for."""
+
+    def __init__(self, partition: int) -> None:
+        self._partition = partition
+
+    def topic(self) -> str:
+        return "orders-out"
+
+    def partition(self) -> int:
+        return self._partition
+
+
+def test_an_epochs_error_names_a_refused_record_before_the_ones_purged_because_of_it() -> None:
+    """librdkafka may report the records it purged (the transaction had already failed) before the record
+    that failed it; the error names the cause, whatever the order."""
+    sink = TransactionalKafkaSink(SinkSettings(topic="orders-out", transactional_id="tx-unused", group_id="g"),
+                                  "127.0.0.1:9", make_format(FormatSpec("json")))
+    sink._on_delivery(KafkaError(KafkaError._PURGE_QUEUE), RefusedRecord(1))
+    sink._on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), RefusedRecord(0))
+
+    with pytest.raises(EpochAborted) as aborted:
+        sink.flush(0.1)
+
+    assert str(aborted.value).startswith("2 records failed delivery, e.g. orders-out[0]: Broker: Message size")
+
+
+def test_an_epoch_whose_records_were_all_purged_names_a_purged_one() -> None:
+    sink = TransactionalKafkaSink(SinkSettings(topic="orders-out", transactional_id="tx-unused", group_id="g"),
+                                  "127.0.0.1:9", make_format(FormatSpec("json")))
+    sink._on_delivery(KafkaError(KafkaError._PURGE_INFLIGHT), RefusedRecord(1))
+
+    with pytest.raises(EpochAborted, match=r"1 records failed delivery, e\.g\. orders-out\[1\]: .*[Pp]urged"):
+        sink.flush(0.1)
