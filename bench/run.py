@@ -267,6 +267,11 @@ class Bench:
                 with contextlib.suppress(Exception):
                     future.result(30)
 
+    def warm_up_meta(self) -> dict[str, object]:
+        """How the broker was warmed up and how fast each warm-up copy ran (both benchmarks' results)."""
+        return {"broker_warm_up_copies": 0 if self.args.no_warm_up else self.args.warm_up_copies,
+                "warm_up_records_per_s": [round(rate) for rate in self.warm_up_rates]}
+
     def meta(self, workload: Workload) -> dict[str, object]:
         return {
             "timestamp": self.stamp,
@@ -283,8 +288,7 @@ class Bench:
             "epochline_profiled": self.args.profile,
             "epochline_producer": dict(self.args.producer),
             "epochline_consumer": dict(self.args.consumer),
-            "broker_warm_up_copies": 0 if self.args.no_warm_up else self.args.warm_up_copies,
-            "warm_up_records_per_s": [round(rate) for rate in self.warm_up_rates],
+            **self.warm_up_meta(),
             "repeat": self.args.repeat,
             "machine": machine(),
             "versions": versions(),

@@ -40,6 +40,11 @@ def sink_for(bootstrap: str, topic: str, **settings: object) -> TransactionalKaf
                      dead_letter_topic=f"{topic}-dlq", **settings),
         bootstrap, make_format(FormatSpec("json")))
 
+def unconnected_sink() -> TransactionalKafkaSink:
+    """A sink whose producer never reaches a broker: for what the sink does with the answers it is given."""
+    return TransactionalKafkaSink(SinkSettings(topic="orders-out", transactional_id="tx-unused", group_id="g"),
+                                  "127.0.0.1:9", make_format(FormatSpec("json")))
+
 
 ROWS = pa.table({"id": [1, 2, 3], "__kafka_offset": pa.array([10, 11, 12], pa.int64())})
 
@@ -206,8 +211,7 @@ def test_a_record_the_broker_refuses_aborts_its_epoch_and_the_replay_names_the_r
                       KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))),
 ])
 def test_a_fatal_error_raised_by_flush_is_the_error_it_stands_for(raised: BaseException) -> None:
-    sink = TransactionalKafkaSink(SinkSettings(topic="out", transactional_id="tx", group_id="g"), "127.0.0.1:9",
-                                  make_format(FormatSpec("json")))
+    sink = unconnected_sink()
     sink.producer = FlushRaising(raised)  # type: ignore[assignment]
 
     with pytest.raises(ProducerFenced, match="fenced by a newer instance"):
@@ -230,8 +234,7 @@ class CallRecorder:
 def test_the_sink_connects_before_it_asks_for_its_producer_id() -> None:
     """librdkafka asks for the producer id only over an open connection, and asks again 500 ms later when a
     fresh producer has none yet: a metadata request first makes start-up wait for the connection instead."""
-    sink = TransactionalKafkaSink(SinkSettings(topic="out", transactional_id="tx", group_id="g"), "127.0.0.1:9",
-                                  make_format(FormatSpec("json")))
+    sink = unconnected_sink()
     recorder = CallRecorder()
     sink.producer = recorder  # type: ignore[assignment]
 
@@ -241,8 +244,7 @@ def test_the_sink_connects_before_it_asks_for_its_producer_id() -> None:
 
 
 def test_a_system_error_without_a_kafka_cause_is_not_mistaken_for_one() -> None:
-    sink = TransactionalKafkaSink(SinkSettings(topic="out", transactional_id="tx", group_id="g"), "127.0.0.1:9",
-                                  make_format(FormatSpec("json")))
+    sink = unconnected_sink()
     sink.producer = FlushRaising(SystemError("something else"))  # type: ignore[assignment]
 
     with pytest.raises(SystemError, match="something else"):
@@ -299,8 +301,7 @@ class RefusedRecord:
 def test_an_epochs_error_names_a_refused_record_before_the_ones_purged_because_of_it() -> None:
     """librdkafka may report the records it purged (the transaction had already failed) before the record
     that failed it; the error names the cause, whatever the order."""
-    sink = TransactionalKafkaSink(SinkSettings(topic="orders-out", transactional_id="tx-unused", group_id="g"),
-                                  "127.0.0.1:9", make_format(FormatSpec("json")))
+    sink = unconnected_sink()
     sink._on_delivery(KafkaError(KafkaError._PURGE_QUEUE), RefusedRecord(1))
     sink._on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), RefusedRecord(0))
 
@@ -311,8 +312,7 @@ def test_an_epochs_error_names_a_refused_record_before_the_ones_purged_because_o
 
 
 def test_an_epoch_whose_records_were_all_purged_names_a_purged_one() -> None:
-    sink = TransactionalKafkaSink(SinkSettings(topic="orders-out", transactional_id="tx-unused", group_id="g"),
-                                  "127.0.0.1:9", make_format(FormatSpec("json")))
+    sink = unconnected_sink()
     sink._on_delivery(KafkaError(KafkaError._PURGE_INFLIGHT), RefusedRecord(1))
 
     with pytest.raises(EpochAborted, match=r"1 records failed delivery, e\.g\. orders-out\[1\]: .*[Pp]urged"):
