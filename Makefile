@@ -7,7 +7,7 @@ QUIX_VENV := .venv-quix
 
 .PHONY: setup kafka demo lint test bench clean
 
-$(BIN)/epochline: pyproject.toml connectors/_native_io.c schemas/_native_json.c
+$(BIN)/epochline: pyproject.toml connectors/_native_io.c schemas/_native_json.c schemas/_native_avro.c schemas/_native_arrow.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev]"

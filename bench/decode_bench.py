@@ -4,8 +4,9 @@
 
 Records follow examples/schema-files/event.avsc / event.schema.json (id long, user string, amount double,
 ts timestamp, country string, flag boolean, session uuid string, note nullable string). Payloads are made
-by each format's own encoder, then decoded in batches of ``--batch-size`` as a Kafka source would. The
-"no C codec" row is the JSON format without ``schemas/_native_json.c`` (Arrow's reader, DuckDB's writer). Two
+by each format's own encoder, then decoded in batches of ``--batch-size`` as a Kafka source would, from and
+into Arrow binary columns. The "no C codec" rows are the JSON format without ``schemas/_native_json.c``
+(Arrow's reader, DuckDB's writer) and Avro without ``schemas/_native_avro.c`` (numpy and Arrow compute). Two
 alternatives are measured beside the chosen JSON paths, so the choice stays justified by numbers:
 orjson + ``RecordBatch.from_pylist`` for decode, and ``to_pylist`` + ``orjson.dumps`` for encode. The
 "peer" row is what a per-record Python consumer does: fastavro with logical types into dicts, no Arrow.
@@ -14,22 +15,24 @@ orjson + ``RecordBatch.from_pylist`` for decode, and ``to_pylist`` + ``orjson.du
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import fastavro
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas import FormatSpec, make_format
+from schemas import FormatSpec, avro_columns, make_format
 from schemas import native_json as native_json_module
 from schemas.avro_arrow import load_avro_schema
-from schemas.base import Format
+from schemas.base import Format, decode_column, encode_column
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,13 +73,15 @@ def throughput(count: int, work: Callable[[], object], repeat: int) -> float:
 
 def measure_format(label: str, fmt: Format, batch: pa.RecordBatch, batch_size: int,
                    repeat: int) -> tuple[list[bytes], dict]:
+    """Encode and decode as a sink and a source do: Arrow binary columns in and out (``encode_column`` and
+    ``decode_column``), so a format that reads and writes columns makes no bytes object per record."""
     slices = [batch.slice(start, batch_size) for start in range(0, batch.num_rows, batch_size)]
-    payloads = [payload for part in slices for payload in fmt.encode(part)]
-    decoded_rows = sum(fmt.decode(chunk).batch.num_rows for chunk in batches_of(payloads, batch_size))
+    payloads = [payload for part in slices for payload in encode_column(fmt, part).to_pylist()]
+    chunks = [pa.array(chunk, pa.binary()) for chunk in batches_of(payloads, batch_size)]
+    decoded_rows = sum(decode_column(fmt, chunk).batch.num_rows for chunk in chunks)
     assert decoded_rows == batch.num_rows, f"{label}: decoded {decoded_rows} of {batch.num_rows}"
-    encode_rate = throughput(batch.num_rows, lambda: [fmt.encode(part) for part in slices], repeat)
-    chunks = batches_of(payloads, batch_size)
-    decode_rate = throughput(len(payloads), lambda: [fmt.decode(chunk) for chunk in chunks], repeat)
+    encode_rate = throughput(batch.num_rows, lambda: [encode_column(fmt, part) for part in slices], repeat)
+    decode_rate = throughput(len(payloads), lambda: [decode_column(fmt, chunk) for chunk in chunks], repeat)
     size = sum(len(p) for p in payloads if p) / len(payloads)
     return payloads, {"format": label, "bytes": size, "decode": decode_rate, "encode": encode_rate}
 
@@ -121,9 +126,13 @@ def main() -> None:
 
     formats = {
         "json (JSON Schema)": make_format(FormatSpec("json", schema=EVENT_JSON_SCHEMA)),
-        "json (JSON Schema), no C codec": _without_native_json(FormatSpec("json", schema=EVENT_JSON_SCHEMA)),
+        "json (JSON Schema), no C codec": _without_c_codec(
+            native_json_module.SWITCH, native_json_module.native_json,
+            lambda: make_format(FormatSpec("json", schema=EVENT_JSON_SCHEMA))),
         "json (inferred)": make_format(FormatSpec("json")),
         "avro": make_format(FormatSpec("avro", schema=EVENT_AVSC)),
+        "avro, no C codec": _without_c_codec(
+            avro_columns.SWITCH, avro_columns.native_avro, lambda: make_format(FormatSpec("avro", schema=EVENT_AVSC))),
         "avro-confluent": _confluent(),
     }
     batch = event_batch(args.records, formats["avro"].arrow_schema)
@@ -152,15 +161,16 @@ def main() -> None:
         print(f"{row['format']:40} {row['bytes']:9.0f} {decode:>14} {encode:>14}")
 
 
-def _without_native_json(spec: FormatSpec) -> Format:
-    """The format as it is without ``schemas/_native_json.c``: Arrow's reader and DuckDB's writer."""
-    os.environ[native_json_module.SWITCH] = "0"
-    native_json_module.native_json.cache_clear()
+def _without_c_codec(switch: str, module: functools._lru_cache_wrapper[ModuleType | None],
+                     make: Callable[[], Format]) -> Format:
+    """The format as it is without its C module (the environment variable ``switch`` off while it is made)."""
+    os.environ[switch] = "0"
+    module.cache_clear()
     try:
-        return make_format(spec)
+        return make()
     finally:
-        del os.environ[native_json_module.SWITCH]
-        native_json_module.native_json.cache_clear()
+        del os.environ[switch]
+        module.cache_clear()
 
 
 def _confluent() -> Format:

@@ -15,13 +15,10 @@
  * arithmetic when the decimal fits in 15 digits and a power of ten up to 1e22, Python's correctly rounded
  * strtod otherwise); strings are unescaped to UTF-8. Nulls in required fields are the caller's to find.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native_arrow.h"
+
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define MAX_FIELDS 256
 #define MAX_SKIP_DEPTH 64
@@ -29,53 +26,11 @@
 
 enum kind { KIND_INT64 = 'i', KIND_DOUBLE = 'd', KIND_BOOL = 'b', KIND_STRING = 's', KIND_TIMESTAMP = 't' };
 
-/* Bytes that grow by doubling: a string field's values (reading) or the rows' text (writing). Arrow's
- * int32 offsets address at most INT32_MAX bytes, so it never grows beyond: `too_large` once it would,
- * `out_of_memory` once an allocation failed. */
-typedef struct {
-    char *data;
-    size_t size, capacity;
-    int too_large, out_of_memory;
-} Text;
-
-/* Where `n` more bytes go (the caller adds them to `size`), or NULL once the text cannot grow. */
-static char *room(Text *t, size_t n) {
-    if (t->too_large || t->out_of_memory) return NULL;
-    if (t->size + n > t->capacity) {
-        size_t capacity = t->capacity ? t->capacity : 1 << 16;
-        while (capacity < t->size + n) capacity *= 2;
-        if (capacity > INT32_MAX) {
-            t->too_large = 1;
-            return NULL;
-        }
-        char *data = realloc(t->data, capacity);
-        if (!data) {
-            t->out_of_memory = 1;
-            return NULL;
-        }
-        t->data = data;
-        t->capacity = capacity;
-    }
-    return t->data + t->size;
-}
-
-static void put(Text *t, const char *bytes, size_t n) {
-    char *at = room(t, n);
-    if (!at) return;
-    memcpy(at, bytes, n);
-    t->size += n;
-}
-
-/* One field's output: an Arrow validity bitmap (made at the first null), values (8 bytes a row, a bitmap
- * for booleans, or UTF-8 bytes for strings) and, for strings, int32 offsets. */
 typedef struct {
     char kind;
     const char *name;
     Py_ssize_t name_len;
-    uint8_t *validity;
-    Py_ssize_t nulls;
-    Text values;
-    int32_t *offsets;
+    ArrayOut out;
 } Field;
 
 typedef struct {
@@ -85,21 +40,8 @@ typedef struct {
     int failed; /* out of memory */
 } Plan;
 
-typedef struct {
-    const unsigned char *p, *end;
-} Cursor;
-
 static void set_null(Plan *plan, Field *f, Py_ssize_t row) {
-    if (!f->validity) {
-        f->validity = malloc((size_t)(plan->rows + 7) / 8);
-        if (!f->validity) {
-            plan->failed = 1;
-            return;
-        }
-        memset(f->validity, 0xff, (size_t)(plan->rows + 7) / 8);
-    }
-    f->validity[row / 8] &= (uint8_t) ~(1u << (row % 8));
-    f->nulls++;
+    if (!array_out_set_null(&f->out, plan->rows, row)) plan->failed = 1;
 }
 
 static void skip_whitespace(Cursor *c) {
@@ -110,27 +52,6 @@ static int literal(Cursor *c, const char *word, size_t n) {
     if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return 0;
     c->p += n;
     return 1;
-}
-
-/* Length of the valid UTF-8 sequence at p (no overlong form, no surrogate, at most U+10FFFF), or 0. */
-static int utf8_sequence(const unsigned char *p, const unsigned char *end) {
-    unsigned char b = p[0];
-    int n;
-    unsigned char low = 0x80, high = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) n = 2;
-    else if (b >= 0xE0 && b <= 0xEF) {
-        n = 3;
-        if (b == 0xE0) low = 0xA0;
-        if (b == 0xED) high = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        n = 4;
-        if (b == 0xF0) low = 0x90;
-        if (b == 0xF4) high = 0x8F;
-    } else return 0;
-    if (end - p < n || p[1] < low || p[1] > high) return 0;
-    for (int i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-    return n;
 }
 
 static int hex4(const unsigned char *p, uint32_t *value) {
@@ -352,20 +273,20 @@ static int read_field_value(Plan *plan, Field *f, Cursor *c, Py_ssize_t row) {
     }
     switch (f->kind) {
     case KIND_BOOL:
-        if (literal(c, "true", 4)) f->values.data[row / 8] |= (char)(1u << (row % 8));
+        if (literal(c, "true", 4)) f->out.values.data[row / 8] |= (char)(1u << (row % 8));
         else if (!literal(c, "false", 5)) return 0;
         return 1;
     case KIND_STRING: {
         if (c->p >= c->end || *c->p != '"') return 0;
         c->p++;
-        char *at = room(&f->values, (size_t)(c->end - c->p));
+        char *at = room(&f->out.values, (size_t)(c->end - c->p));
         if (!at) {
-            plan->failed = f->values.out_of_memory; /* else beyond int32 offsets: the reference path reads it */
+            plan->failed = f->out.values.out_of_memory; /* else beyond int32 offsets: the reference path reads it */
             return 0;
         }
         size_t written;
         if (!read_string(c, (unsigned char *)at, &written)) return 0;
-        f->values.size += written;
+        f->out.values.size += written;
         return 1;
     }
     default: {
@@ -375,10 +296,10 @@ static int read_field_value(Plan *plan, Field *f, Cursor *c, Py_ssize_t row) {
         if (!read_number(c, &is_integer, &integer, &fits, &number)) return 0;
         if (f->kind == KIND_INT64) {
             if (!is_integer || !fits) return 0;
-            memcpy(f->values.data + 8 * row, &integer, 8);
+            memcpy(f->out.values.data + 8 * row, &integer, 8);
         } else {
             if (is_integer && !fits) return 0;
-            memcpy(f->values.data + 8 * row, &number, 8);
+            memcpy(f->out.values.data + 8 * row, &number, 8);
         }
         return 1;
     }
@@ -439,7 +360,7 @@ static int read_object(Plan *plan, Cursor *c, Py_ssize_t row) {
     for (int i = 0; i < plan->count; i++) {
         Field *f = &plan->fields[i];
         if (!seen[i]) set_null(plan, f, row);
-        if (f->kind == KIND_STRING) f->offsets[row + 1] = (int32_t)f->values.size;
+        array_out_end_row(&f->out, row);
     }
     return !plan->failed;
 }
@@ -453,38 +374,22 @@ static int plan_start(Plan *plan, PyObject *names, const char *kinds, Py_ssize_t
         f->kind = kinds[i];
         f->name = PyBytes_AS_STRING(PyTuple_GET_ITEM(names, i));
         f->name_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(names, i));
-        if (f->kind == KIND_STRING) {
-            f->offsets = calloc((size_t)rows + 1, 4);
-            if (!f->offsets) return -1;
-        } else {
-            size_t size = f->kind == KIND_BOOL ? (size_t)(rows + 7) / 8 : 8 * (size_t)rows;
-            f->values = (Text){.data = calloc(size ? size : 1, 1), .size = size, .capacity = size};
-            if (!f->values.data) return -1;
-        }
+        int width = f->kind == KIND_STRING ? VARIABLE_WIDTH : f->kind == KIND_BOOL ? 0 : 8;
+        if (array_out_start(&f->out, rows, width) < 0) return -1;
     }
     return 0;
 }
 
 static void plan_free(Plan *plan) {
-    for (int i = 0; i < plan->count; i++) {
-        free(plan->fields[i].validity);
-        free(plan->fields[i].values.data);
-        free(plan->fields[i].offsets);
-    }
+    for (int i = 0; i < plan->count; i++) array_out_free(&plan->fields[i].out);
 }
 
 /* [(validity or None, values, offsets or None, nulls)] per field. */
-static PyObject *plan_buffers(Plan *plan) {
+static PyObject *plan_buffers(const Plan *plan) {
     PyObject *out = PyList_New(plan->count);
     if (!out) return NULL;
     for (int i = 0; i < plan->count; i++) {
-        Field *f = &plan->fields[i];
-        PyObject *item = Py_BuildValue(
-            "(Ny#Nn)",
-            f->validity ? PyBytes_FromStringAndSize((char *)f->validity, (plan->rows + 7) / 8) : Py_NewRef(Py_None),
-            f->values.data ? f->values.data : "", (Py_ssize_t)f->values.size,
-            f->offsets ? PyBytes_FromStringAndSize((char *)f->offsets, 4 * (plan->rows + 1)) : Py_NewRef(Py_None),
-            f->nulls);
+        PyObject *item = array_out_buffers(&plan->fields[i].out, plan->rows);
         if (!item) {
             Py_DECREF(out);
             return NULL;
@@ -509,12 +414,11 @@ static PyObject *decode(PyObject *module, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Plan *plan = NULL;
-    const int32_t *bounds = (const int32_t *)offsets.buf + first;
-    if (kinds_len != PyTuple_GET_SIZE(names) || kinds_len > MAX_FIELDS || first < 0 || rows < 0 ||
-        offsets.len < 4 * (first + rows + 1) || (rows && (bounds[0] < 0 || bounds[rows] > data.len))) {
-        PyErr_SetString(PyExc_ValueError, "decode: the buffers, names and kinds do not agree");
+    if (kinds_len != PyTuple_GET_SIZE(names) || kinds_len > MAX_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "decode: the names and kinds do not agree");
         goto done;
     }
+    if (!payloads_bounded(&data, &offsets, first, rows)) goto done;
     for (Py_ssize_t i = 0; i < kinds_len; i++)
         if (!PyBytes_Check(PyTuple_GET_ITEM(names, i)) || !strchr("idbs", kinds[i])) {
             PyErr_SetString(PyExc_ValueError, "decode: names must be bytes and kinds one of 'idbs'");
@@ -526,11 +430,7 @@ static PyObject *decode(PyObject *module, PyObject *args) {
         goto done;
     }
     for (Py_ssize_t row = 0; row < rows; row++) {
-        if (bounds[row + 1] < bounds[row]) {
-            PyErr_SetString(PyExc_ValueError, "decode: the offsets go backwards");
-            goto done;
-        }
-        Cursor c = {(const unsigned char *)data.buf + bounds[row], (const unsigned char *)data.buf + bounds[row + 1]};
+        Cursor c = payload(&data, &offsets, first, row);
         if (!read_object(plan, &c, row)) {
             if (plan->failed) PyErr_NoMemory();
             else result = Py_NewRef(Py_None);
@@ -735,92 +635,66 @@ static void put_timestamp(Text *t, int64_t ticks, int fraction_digits, int zoned
     put(t, out, (size_t)length);
 }
 
-/* A column to write: its kind, name and (validity or None, values, offsets or None, first row). */
+/* A column to write: its kind, name and Arrow array. */
 typedef struct {
     char kind;
     int fraction_digits, zoned; /* timestamps: the unit's fraction digits (0, 3, 6, 9), 'Z' or not */
-    Py_buffer validity, values, offsets;
-    int has_validity, has_offsets;
-    Py_ssize_t first;
     const char *name;
     Py_ssize_t name_len;
+    ArrayIn in;
 } Source;
 
-static int source_is_null(const Source *s, Py_ssize_t row) {
-    row += s->first;
-    return s->has_validity && !(((const uint8_t *)s->validity.buf)[row / 8] & (1u << (row % 8)));
-}
-
-static void source_close(Source *s) {
-    if (s->values.obj) PyBuffer_Release(&s->values);
-    if (s->has_validity) PyBuffer_Release(&s->validity);
-    if (s->has_offsets) PyBuffer_Release(&s->offsets);
-}
-
+/* A column is (name, kind, validity or None, values, offsets or None, first row). */
 static int source_open(Source *s, PyObject *column, Py_ssize_t rows) {
     PyObject *name, *validity, *offsets;
     const char *kind;
     memset(s, 0, sizeof(*s));
-    if (!PyArg_ParseTuple(column, "SsOy*On", &name, &kind, &validity, &s->values, &offsets, &s->first)) return -1;
+    if (!PyArg_ParseTuple(column, "SsOy*On", &name, &kind, &validity, &s->in.values, &offsets, &s->in.first))
+        return -1;
     s->kind = kind[0];
-    if (s->kind == KIND_TIMESTAMP && strlen(kind) >= 2) {
+    int known = s->kind && strchr("idbst", s->kind) &&
+                (s->kind != KIND_TIMESTAMP || (strlen(kind) >= 2 && strchr("0369", kind[1])));
+    if (!known) {
+        PyErr_SetString(PyExc_ValueError, "encode: a column's kind is not one of 'idbs' or 't' + digits");
+        return -1;
+    }
+    if (s->kind == KIND_TIMESTAMP) {
         s->fraction_digits = kind[1] - '0';
         s->zoned = kind[2] == 'Z';
     }
     s->name = PyBytes_AS_STRING(name);
     s->name_len = PyBytes_GET_SIZE(name);
-    if (validity != Py_None) {
-        if (PyObject_GetBuffer(validity, &s->validity, PyBUF_SIMPLE) < 0) return -1;
-        s->has_validity = 1;
-    }
-    if (offsets != Py_None) {
-        if (PyObject_GetBuffer(offsets, &s->offsets, PyBUF_SIMPLE) < 0) return -1;
-        s->has_offsets = 1;
-    }
-    Py_ssize_t last = s->first + rows;
-    Py_ssize_t width = s->kind == KIND_BOOL ? 0 : s->kind == KIND_STRING ? 0 : 8;
-    int fits = s->first >= 0 && (!s->has_validity || s->validity.len >= (last + 7) / 8) && s->kind && strchr("idbst", s->kind) &&
-               (s->kind != KIND_TIMESTAMP || (strlen(kind) >= 2 && strchr("0369", kind[1]))) &&
-               (s->kind != KIND_BOOL || s->values.len >= (last + 7) / 8) && s->values.len >= width * last &&
-               (s->kind != KIND_STRING || s->has_offsets);
-    if (fits && s->kind == KIND_STRING) {
-        const int32_t *bounds = (const int32_t *)s->offsets.buf;
-        fits = s->offsets.len >= 4 * (last + 1) && (!rows || (bounds[s->first] >= 0 && bounds[last] <= s->values.len));
-    }
-    if (!fits) {
-        PyErr_SetString(PyExc_ValueError, "encode: a column's buffers do not hold its rows");
-        return -1;
-    }
-    return 0;
+    return array_in_open(&s->in, validity, offsets, rows,
+                         s->kind == KIND_STRING ? VARIABLE_WIDTH : s->kind == KIND_BOOL ? 0 : 8);
 }
 
 static int put_value(Text *t, const Source *s, Py_ssize_t row) {
-    if (source_is_null(s, row)) {
+    if (array_in_is_null(&s->in, row)) {
         put(t, "null", 4);
         return 1;
     }
-    row += s->first;
+    row += s->in.first;
     switch (s->kind) {
     case KIND_BOOL:
-        if (((const uint8_t *)s->values.buf)[row / 8] & (1u << (row % 8))) put(t, "true", 4);
+        if (((const uint8_t *)s->in.values.buf)[row / 8] & (1u << (row % 8))) put(t, "true", 4);
         else put(t, "false", 5);
         return 1;
     case KIND_STRING: {
-        const int32_t *bounds = (const int32_t *)s->offsets.buf + row;
-        put_string(t, (const unsigned char *)s->values.buf + bounds[0], (size_t)(bounds[1] - bounds[0]));
+        const int32_t *bounds = (const int32_t *)s->in.offsets.buf + row;
+        put_string(t, (const unsigned char *)s->in.values.buf + bounds[0], (size_t)(bounds[1] - bounds[0]));
         return 1;
     }
     case KIND_INT64:
     case KIND_TIMESTAMP: {
         int64_t value;
-        memcpy(&value, (const char *)s->values.buf + 8 * row, 8);
+        memcpy(&value, (const char *)s->in.values.buf + 8 * row, 8);
         if (s->kind == KIND_INT64) put_int64(t, value);
         else put_timestamp(t, value, s->fraction_digits, s->zoned);
         return 1;
     }
     default: {
         double value;
-        memcpy(&value, (const char *)s->values.buf + 8 * row, 8);
+        memcpy(&value, (const char *)s->in.values.buf + 8 * row, 8);
         if (!isfinite(value)) {
             put(t, "null", 4);
             return 1;
@@ -841,36 +715,30 @@ static PyObject *encode(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nO!", &rows, &PyList_Type, &columns)) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(columns);
     Source *sources = calloc((size_t)(count ? count : 1), sizeof(Source));
-    int32_t *offsets = malloc(4 * ((size_t)rows + 1));
-    Text text = {0};
+    RowsOut out;
     PyObject *result = NULL;
-    if (!sources || !offsets) {
+    if (rows_out_start(&out, rows) < 0 || !sources) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++)
         if (source_open(&sources[i], PyList_GET_ITEM(columns, i), rows) < 0) goto done;
-    offsets[0] = 0;
-    for (Py_ssize_t row = 0; row < rows && !text.too_large && !text.out_of_memory; row++) {
+    for (Py_ssize_t row = 0; row < rows && rows_out_open(&out); row++) {
         for (Py_ssize_t i = 0; i < count; i++) {
-            put(&text, i ? "," : "{", 1);
-            put_string(&text, (const unsigned char *)sources[i].name, (size_t)sources[i].name_len);
-            put(&text, ":", 1);
-            if (!put_value(&text, &sources[i], row)) goto done;
+            put(&out.data, i ? "," : "{", 1);
+            put_string(&out.data, (const unsigned char *)sources[i].name, (size_t)sources[i].name_len);
+            put(&out.data, ":", 1);
+            if (!put_value(&out.data, &sources[i], row)) goto done;
         }
-        put(&text, count ? "}" : "{}", count ? 1 : 2);
-        offsets[row + 1] = (int32_t)text.size;
+        put(&out.data, count ? "}" : "{}", count ? 1 : 2);
+        rows_out_end_row(&out, row);
     }
-    if (text.too_large || text.out_of_memory) result = Py_NewRef(Py_None);
-    else
-        result = Py_BuildValue("(y#y#)", text.data ? text.data : "", (Py_ssize_t)text.size, (char *)offsets,
-                               (Py_ssize_t)(4 * (rows + 1)));
+    result = rows_out_result(&out, rows);
 done:
-    if (sources)
-        for (Py_ssize_t i = 0; i < count; i++) source_close(&sources[i]);
+    if (sources) /* zeroed: a source not opened holds nothing to release */
+        for (Py_ssize_t i = 0; i < count; i++) array_in_close(&sources[i].in);
     free(sources);
-    free(offsets);
-    free(text.data);
+    rows_out_free(&out);
     return result;
 }
 

@@ -3,31 +3,39 @@
 Why: fastavro reads and writes one row at a time through a dict: about 7-9 µs per row each way on the
 benchmark's four fields, the largest single cost of an Avro source or sink. For a record whose fields are
 all primitive (boolean, int, long, float, double, string, bytes) or a union of ``null`` and one of them,
-every field of the whole batch can be handled at once in C.
+every field of the whole batch can be handled at once, from and into Arrow binary columns.
 
-Encoding uses Arrow compute kernels, and ``binary_join_element_wise`` then concatenates the fields of each
-row in C++: a varint is the 7-bit groups of the zigzag value, each group present where the value needs it
-(an empty element where it does not); a double is its little-endian bytes, which is exactly the float64
-column's data buffer; a string is its length's varint followed by its UTF-8 bytes.
+Two engines do it, with the same answers. The C module ``schemas/_native_avro.c`` (built at install when a C
+compiler is there; ``EPOCHLINE_NATIVE_AVRO=0`` turns it off) walks each payload once, filling the Arrow
+buffers, and writes each row once from them: 0.07-0.13 µs per record each way on the benchmark's records,
+against 0.55-0.85 for the second engine, numpy and Arrow compute, measured on 2026-12-04 (bench/README.md).
 
-Decoding joins the batch's payloads into one byte array and walks it one field at a time for every row at
-once with numpy (``_Reader``): where each row's next field starts is an array, a varint is read one 7-bit
-group per step for the rows whose previous byte had its high bit set, a double is eight gathered bytes seen
-as float64, a string's bytes are gathered into the Arrow data buffer. Decoding is only ever an exact
-shortcut: any payload that does not end exactly after its record, a varint longer than 64 bits or an
-``int`` beyond 32, an invalid union branch, boolean or UTF-8, makes ``decode`` return None, and the caller
-reads that batch record by record with fastavro, which names each bad record's problem.
+Without the C module, encoding uses Arrow compute kernels, and ``binary_join_element_wise`` then concatenates
+the fields of each row in C++: a varint is the 7-bit groups of the zigzag value, each group present where the
+value needs it (an empty element where it does not); a double is its little-endian bytes, which is exactly
+the float64 column's data buffer; a string is its length's varint followed by its UTF-8 bytes. Decoding walks
+the payloads' data buffer one field at a time for every row at once with numpy (``_Reader``): where each
+row's next field starts is an array, a varint is read one 7-bit group per step for the rows whose previous
+byte had its high bit set, a double is eight gathered bytes seen as float64, a string's bytes are gathered
+into the Arrow data buffer.
+
+Decoding is only ever an exact shortcut: any payload that does not end exactly after its record, a varint
+longer than 64 bits or an ``int`` beyond 32, an invalid union branch, boolean or UTF-8, makes ``decode``
+return None, and the caller reads that batch record by record with fastavro, which names each bad record's
+problem.
 
 Anything else (records inside records, arrays, maps, enums, fixed, other unions, logical types that stay
 in the physical schema, a record without fields) has no plan and keeps fastavro; so does a batch with a null
 in a field that is not nullable, whose row fastavro then names in the error. ``tests/schemas/
-test_avro_columns.py`` holds both directions to fastavro's bytes and records on generated batches.
+test_avro_columns.py`` holds both engines, in both directions, to fastavro's bytes and records on generated
+batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -35,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.avro_arrow import AvroSchema
+from schemas.extensions import load_extension
 
 if TYPE_CHECKING:  # annotations only
     import numpy.typing as npt
@@ -55,8 +64,20 @@ _BRANCH_BYTE = (0x00, 0x02)
 """The union branch indexes 0 and 1 as Avro writes them (zigzag varints)."""
 _BRANCH = tuple(pa.scalar(bytes([byte]), pa.binary()) for byte in _BRANCH_BYTE)
 _NUMPY_OF_FIXED: dict[str, np.dtype[Any]] = {"float": np.dtype("<f4"), "double": np.dtype("<f8")}
+_LETTER = {"boolean": "b", "int": "i", "long": "l", "float": "f", "double": "d", "string": "s", "bytes": "y"}
+"""The C module's one-letter code of each primitive kind."""
 _INT32 = (-(2**31), 2**31 - 1)
 _MAX_OFFSET = 2**31 - 1  # the int32 offsets of Arrow's string and binary arrays
+
+SWITCH = "EPOCHLINE_NATIVE_AVRO"
+"""Environment variable: ``0`` (or ``false``/``off``/``no``) keeps the C module unused."""
+
+
+@functools.cache
+def native_avro() -> ModuleType | None:
+    """The C module, or None when it is switched off or was not built (logged once, with the reason)."""
+    return load_extension("schemas._native_avro", switch=SWITCH, what="native Avro codec",
+                          instead="Avro records are read and written column-wise in numpy and Arrow compute")
 
 
 @dataclass(frozen=True)
@@ -68,43 +89,89 @@ class _Field:
 
 @dataclass(frozen=True)
 class ColumnPlan:
-    """How to encode the records of one physical Avro schema column-wise (``plan_for`` makes one)."""
+    """How to encode and decode the records of one physical Avro schema column-wise (``plan_for`` makes
+    one); ``native`` is the C module, or None for numpy and Arrow compute."""
 
     fields: tuple[_Field, ...]
+    native: ModuleType | None
 
-    def encode(self, batch: pa.RecordBatch, prefix: bytes = b"") -> list[bytes] | None:
+    @functools.cached_property
+    def _kinds(self) -> str:
+        """Each field's kind as the C module's letter."""
+        return "".join(_LETTER[spec.kind] for spec in self.fields)
+
+    @functools.cached_property
+    def _branches(self) -> str:
+        """Each field's place of null in its union (``0`` or ``1``), ``-`` where it is not nullable."""
+        return "".join("-" if spec.null_branch is None else str(spec.null_branch) for spec in self.fields)
+
+    def encode(self, batch: pa.RecordBatch, prefix: bytes = b"") -> pa.BinaryArray | None:
         """Every row of ``batch`` (physical types, in the schema's field order) as Avro bytes after
         ``prefix``; None when the batch does not fit the plan (a type differs, or a null where the schema
-        has none), for the caller to encode row by row."""
-        if batch.num_rows == 0:
-            return []
+        has none), or its bytes would pass int32 offsets, for the caller to encode row by row."""
         if [f.name for f in self.fields] != batch.schema.names:
             return None
+        for spec, column in zip(self.fields, batch.columns):
+            if column.type != _ARROW_OF_PRIMITIVE[spec.kind] or (spec.null_branch is None and column.null_count):
+                return None
+        if batch.num_rows == 0:
+            return pa.array([], pa.binary())
+        if self.native is not None:
+            return self._encode_in_c(self.native, batch, prefix)
         parts: list[Any] = [pa.scalar(prefix, pa.binary())] if prefix else []
         for spec, column in zip(self.fields, batch.columns):
-            if column.type != _ARROW_OF_PRIMITIVE[spec.kind]:
-                return None
             if spec.null_branch is None:
-                if column.null_count:
-                    return None
                 parts.append(_encoded(spec.kind, column))
             else:
                 present = pc.is_valid(column)
                 parts.append(pc.if_else(present, _BRANCH[1 - spec.null_branch], _BRANCH[spec.null_branch]))
                 if column.null_count < len(column):
                     parts.append(pc.fill_null(_encoded(spec.kind, column), _EMPTY))
-        return cast("list[bytes]", _joined(parts).to_pylist())
+        return cast(pa.BinaryArray, _joined(parts))
 
-    def decode(self, payloads: Sequence[bytes], schema: pa.Schema, prefix: bytes = b"") -> pa.RecordBatch | None:
-        """The records of ``payloads`` (each ``prefix`` then one Avro record) as a batch of ``schema``, the
-        plan's physical Arrow schema; None when any payload is not exactly that, for the caller to read the
-        batch record by record."""
+    def decode(self, values: pa.BinaryArray, schema: pa.Schema, prefix: bytes = b"") -> pa.RecordBatch | None:
+        """The records of ``values`` (each ``prefix`` then one Avro record) as a batch of ``schema``, the
+        plan's physical Arrow schema; None when any value is null or not exactly such a record, for the
+        caller to read the batch record by record."""
+        if values.null_count or values.type != pa.binary():
+            return None
+        if self.native is not None:
+            return self._decode_in_c(self.native, values, schema, prefix)
         try:
-            reader = _Reader(payloads, prefix)
+            reader = _Reader(values, prefix)
             columns = [reader.column(spec) for spec in self.fields]
             reader.expect_all_read()
         except _Malformed:
             return None
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _encode_in_c(self, native: ModuleType, batch: pa.RecordBatch, prefix: bytes) -> pa.BinaryArray | None:
+        columns = []
+        for column in batch.columns:
+            validity, *rest = column.buffers()
+            columns.append((validity if column.null_count else None, rest[-1] if rest[-1] is not None else b"",
+                            rest[0] if len(rest) == 2 else None, column.offset))
+        written = native.encode(batch.num_rows, prefix, self._kinds, self._branches, columns)
+        if written is None:
+            return None
+        data, offsets = written
+        return cast(pa.BinaryArray, pa.Array.from_buffers(pa.binary(), batch.num_rows,
+                                                          [None, pa.py_buffer(offsets), pa.py_buffer(data)]))
+
+    def _decode_in_c(self, native: ModuleType, values: pa.BinaryArray, schema: pa.Schema,
+                     prefix: bytes) -> pa.RecordBatch | None:
+        _, offsets, data = values.buffers()
+        buffers = native.decode(data if data is not None else b"", offsets, values.offset, len(values), prefix,
+                                self._kinds, self._branches)
+        if buffers is None:
+            return None
+        rows = len(values)
+        columns = []
+        for target, (validity, data_bytes, value_offsets, nulls) in zip(schema, buffers):
+            validity_buffer = pa.py_buffer(validity) if validity is not None else None
+            layout = [validity_buffer, pa.py_buffer(data_bytes)] if value_offsets is None else \
+                [validity_buffer, pa.py_buffer(value_offsets), pa.py_buffer(data_bytes)]
+            columns.append(pa.Array.from_buffers(target.type, rows, layout, null_count=nulls))
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -113,13 +180,16 @@ class _Malformed(Exception):
 
 
 class _Reader:
-    """The payloads of a batch joined into one byte array, and where each row's next field starts."""
+    """The payloads' data buffer, and where each row's next field starts."""
 
-    def __init__(self, payloads: Sequence[bytes], prefix: bytes) -> None:
-        self.data = np.frombuffer(b"".join(payloads), np.uint8)
-        lengths = np.fromiter(map(len, payloads), np.int64, len(payloads))
-        self.ends: Positions = np.cumsum(lengths)
-        starts = self.ends - lengths
+    def __init__(self, values: pa.BinaryArray, prefix: bytes) -> None:
+        _, offsets, data = values.buffers()
+        self.data = np.frombuffer(memoryview(data if data is not None else b""), np.uint8)
+        assert offsets is not None  # a binary array always has its offsets
+        rows = slice(values.offset, values.offset + len(values) + 1)
+        bounds = np.frombuffer(memoryview(offsets), np.int32)[rows].astype(np.int64)
+        starts = bounds[:-1]
+        self.ends: Positions = bounds[1:]
         self.at: Positions = starts + len(prefix)
         if np.any(self.at > self.ends):
             raise _Malformed
@@ -237,7 +307,7 @@ def plan_for(physical_schema: AvroSchema) -> ColumnPlan | None:
         if spec is None:
             return None
         fields.append(spec)
-    return ColumnPlan(tuple(fields))
+    return ColumnPlan(tuple(fields), native_avro())
 
 
 def _field_of(name: str, avro_type: Any) -> _Field | None:
@@ -320,4 +390,4 @@ def _offsets(rows: int, width: int) -> pa.Buffer:
     return cast(pa.Buffer, pa.concat_arrays([pa.array([0], pa.int32()), steps]).buffers()[1])
 
 
-__all__ = ["ColumnPlan", "plan_for"]
+__all__ = ["SWITCH", "ColumnPlan", "native_avro", "plan_for"]

@@ -5,7 +5,9 @@ a directory of ``<id>.avsc`` files, and cached per id. Every decoded batch has O
 the *reader* schema: the spec's schema file if given, else the schema of the spec's ``schema_id``, else the
 schema of the first id seen (so ``arrow_schema`` is None until the first decode). Records written with
 other ids are read through Avro schema resolution (fastavro) into the reader schema; an id whose schema
-cannot be resolved into it fails those records, not the batch.
+cannot be resolved into it fails those records, not the batch. A batch whose values all carry the reader
+schema's header is read whole from its Arrow binary column (``AvroCodec.read_columns``: in C for records of
+primitive fields), and encoding writes the header and the records into one binary column the same way.
 
 Encode writes the spec's ``schema_id``; without one, with a registry and a schema file, it writes the id of
 that schema under the subject ``subject_strategy`` names (the record name is the Avro record's full name):
@@ -149,8 +151,20 @@ class ConfluentAvroFormat:
 
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
         writer_or_reason = functools.cache(self._writer_or_reason)  # an unknown id is looked up once per batch
-        if (whole := self._read_columns(payloads, writer_or_reason)) is not None:
+        if (whole := self._read_columns(pa.array(payloads, pa.binary()), writer_or_reason)) is not None:
             return whole
+        return self._decode_records(payloads, writer_or_reason)
+
+    def decode_column(self, values: pa.BinaryArray) -> Decoded:
+        writer_or_reason = functools.cache(self._writer_or_reason)
+        if (whole := self._read_columns(values, writer_or_reason)) is not None:
+            return whole
+        return self._decode_records(values.to_pylist(), writer_or_reason)
+
+    def _decode_records(self, payloads: Sequence[bytes | None],
+                        writer_or_reason: Callable[[int], _Writer | str]) -> Decoded:
+        """Record by record in fastavro, through each payload's writer schema: each bad payload becomes a
+        failure that names its problem."""
         records: list[dict[str, Any]] = []
         indices: list[int] = []
         failures: list[DecodeFailure] = []
@@ -167,10 +181,16 @@ class ConfluentAvroFormat:
         return self._reader.decoded(records, indices, failures)
 
     def encode(self, batch: pa.RecordBatch) -> list[bytes]:
+        return cast(list[bytes], self._encoded(batch).to_pylist())
+
+    def encode_column(self, batch: pa.RecordBatch) -> pa.ChunkedArray[Any]:
+        return pa.chunked_array([self._encoded(batch)], pa.binary())
+
+    def _encoded(self, batch: pa.RecordBatch) -> pa.BinaryArray:
         if self._encoder is None:
             self._encoder = self._registered_encoder()
         header, codec = self._encoder
-        return codec.encode_bodies(batch, prefix=header)
+        return codec.encode_values(batch, prefix=header)
 
     def _registered_encoder(self) -> tuple[bytes, AvroCodec]:
         """The schema file's id under the subject: registered or looked up (see module doc)."""
@@ -187,18 +207,18 @@ class ConfluentAvroFormat:
                  extra={"schema_id": schema_id, "subject": self._registration.subject(record_name)})
         return wire_header("AVRO", schema_id), codec
 
-    def _read_columns(self, payloads: Sequence[bytes | None],
+    def _read_columns(self, values: pa.BinaryArray,
                       writer_or_reason: Callable[[int], _Writer | str]) -> Decoded | None:
-        """The batch decoded column-wise when the first payload's schema id is the reader schema (see
-        ``AvroCodec.read_columns``, which checks that every payload has that same header); else None."""
-        first = payloads[0] if payloads else None
+        """The batch decoded column-wise when the first value's schema id is the reader schema (see
+        ``AvroCodec.read_columns``, which checks that every value has that same header); else None."""
+        first = values[0].as_py() if len(values) else None
         if first is None or header_problem(first) is not None:
             return None
         writer = writer_or_reason(schema_id_of(first))
         if isinstance(writer, str) or writer.parsed is not None:
             return None
         assert self._reader is not None  # chosen by _writer at the latest
-        return self._reader.read_columns(payloads, prefix=first[:HEADER_SIZE])
+        return self._reader.read_columns(values, prefix=first[:HEADER_SIZE])
 
     def _writer_or_reason(self, schema_id: int) -> _Writer | str:
         try:

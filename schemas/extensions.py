@@ -1,4 +1,5 @@
-"""The optional C extensions (``connectors/_native_io.c``, ``schemas/_native_json.c``): whether one is used.
+"""The optional C extensions (``connectors/_native_io.c``, ``schemas/_native_json.c``, ``schemas/_native_avro.c``):
+whether one is used.
 
 Each is built at install when a C compiler is there, and each has an environment variable that switches it
 off; without it the pure-Python path does the same work with the same guarantees, more slowly. This module
