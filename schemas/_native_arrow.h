@@ -142,13 +142,29 @@ static void array_out_free(ArrayOut *a) {
     free(a->offsets);
 }
 
-/* (validity or None, values, offsets or None, nulls) of an array of `rows` rows. */
-static PyObject *array_out_buffers(const ArrayOut *a, Py_ssize_t rows) {
-    return Py_BuildValue(
-        "(Ny#Nn)",
-        a->validity ? PyBytes_FromStringAndSize((char *)a->validity, (rows + 7) / 8) : Py_NewRef(Py_None),
-        a->values.data ? a->values.data : "", (Py_ssize_t)a->values.size,
-        a->offsets ? PyBytes_FromStringAndSize((char *)a->offsets, 4 * (rows + 1)) : Py_NewRef(Py_None), a->nulls);
+static void arrays_out_free(ArrayOut *arrays, int count) {
+    for (int i = 0; i < count; i++) array_out_free(&arrays[i]);
+}
+
+/* [(validity or None, values, offsets or None, nulls)] of `count` arrays of `rows` rows each. */
+static PyObject *arrays_out_buffers(const ArrayOut *arrays, int count, Py_ssize_t rows) {
+    PyObject *out = PyList_New(count);
+    if (!out) return NULL;
+    for (int i = 0; i < count; i++) {
+        const ArrayOut *a = &arrays[i];
+        PyObject *item = Py_BuildValue(
+            "(Ny#Nn)",
+            a->validity ? PyBytes_FromStringAndSize((char *)a->validity, (rows + 7) / 8) : Py_NewRef(Py_None),
+            a->values.data ? a->values.data : "", (Py_ssize_t)a->values.size,
+            a->offsets ? PyBytes_FromStringAndSize((char *)a->offsets, 4 * (rows + 1)) : Py_NewRef(Py_None),
+            a->nulls);
+        if (!item) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
 }
 
 /* ------------------------------------------------------------------------------------------ writing rows */

@@ -43,11 +43,12 @@ static uint64_t zigzag(int64_t n) { return ((uint64_t)n << 1) ^ (uint64_t)(n >> 
 typedef struct {
     char kind;
     int null_branch;
-    ArrayOut out;
 } Column;
 
+/* The fields to read and, at the same index, the Arrow array each fills. */
 typedef struct {
     Column columns[MAX_FIELDS];
+    ArrayOut outs[MAX_FIELDS];
     int count;
     Py_ssize_t rows;
     int failed; /* out of memory */
@@ -84,7 +85,7 @@ static int valid_utf8(const unsigned char *p, const unsigned char *end) {
 /* Read one field's value of row `row` (its union branch already read): 0 when the bytes are not one. */
 static int read_value(Reading *r, Column *col, Cursor *c, Py_ssize_t row) {
     uint64_t raw;
-    Text *values = &col->out.values;
+    Text *values = &r->outs[col - r->columns].values;
     switch (col->kind) {
     case 'b':
         if (c->p >= c->end || *c->p > 1) return 0;
@@ -136,11 +137,12 @@ static int read_record(Reading *r, Cursor *c, Py_ssize_t row) {
             present = branch == BRANCH_BYTE[1 - col->null_branch];
             if (!present && branch != BRANCH_BYTE[col->null_branch]) return 0;
         }
-        if (present ? !read_value(r, col, c, row) : !array_out_set_null(&col->out, r->rows, row)) {
+        ArrayOut *out = &r->outs[i];
+        if (present ? !read_value(r, col, c, row) : !array_out_set_null(out, r->rows, row)) {
             r->failed |= !present; /* a null not set: out of memory */
             return 0;
         }
-        array_out_end_row(&col->out, row);
+        array_out_end_row(out, row);
     }
     return c->p == c->end; /* nothing left over */
 }
@@ -153,28 +155,9 @@ static int reading_start(Reading *r, const char *kinds, const char *branches, in
         Column *col = &r->columns[i];
         col->kind = kinds[i];
         col->null_branch = branches[i] == '-' ? NOT_NULLABLE : branches[i] - '0';
-        if (array_out_start(&col->out, rows, width_of(col->kind)) < 0) return -1;
+        if (array_out_start(&r->outs[i], rows, width_of(col->kind)) < 0) return -1;
     }
     return 0;
-}
-
-static void reading_free(Reading *r) {
-    for (int i = 0; i < r->count; i++) array_out_free(&r->columns[i].out);
-}
-
-/* [(validity or None, values, offsets or None, nulls)] per field. */
-static PyObject *reading_buffers(const Reading *r) {
-    PyObject *out = PyList_New(r->count);
-    if (!out) return NULL;
-    for (int i = 0; i < r->count; i++) {
-        PyObject *item = array_out_buffers(&r->columns[i].out, r->rows);
-        if (!item) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, item);
-    }
-    return out;
 }
 
 /* Kinds one of "bilfdsy" each, branches one of "-01" each (not nullable, or where null is in the union). */
@@ -218,10 +201,10 @@ static PyObject *decode(PyObject *module, PyObject *args) {
             goto done;
         }
     }
-    result = reading_buffers(reading);
+    result = arrays_out_buffers(reading->outs, reading->count, reading->rows);
 done:
     if (reading) {
-        reading_free(reading);
+        arrays_out_free(reading->outs, reading->count);
         free(reading);
     }
     PyBuffer_Release(&data);

@@ -30,18 +30,21 @@ typedef struct {
     char kind;
     const char *name;
     Py_ssize_t name_len;
-    ArrayOut out;
 } Field;
 
+/* The fields to read and, at the same index, the Arrow array each fills. */
 typedef struct {
     Field fields[MAX_FIELDS];
+    ArrayOut outs[MAX_FIELDS];
     int count;
     Py_ssize_t rows;
     int failed; /* out of memory */
 } Plan;
 
+static ArrayOut *out_of(Plan *plan, const Field *f) { return &plan->outs[f - plan->fields]; }
+
 static void set_null(Plan *plan, Field *f, Py_ssize_t row) {
-    if (!array_out_set_null(&f->out, plan->rows, row)) plan->failed = 1;
+    if (!array_out_set_null(out_of(plan, f), plan->rows, row)) plan->failed = 1;
 }
 
 static void skip_whitespace(Cursor *c) {
@@ -267,26 +270,27 @@ static int skip_value(Cursor *c, int depth) {
 
 /* The value of `f` in row `row`; 0 when it is not one we take. */
 static int read_field_value(Plan *plan, Field *f, Cursor *c, Py_ssize_t row) {
+    Text *values = &out_of(plan, f)->values;
     if (literal(c, "null", 4)) {
         set_null(plan, f, row);
         return !plan->failed;
     }
     switch (f->kind) {
     case KIND_BOOL:
-        if (literal(c, "true", 4)) f->out.values.data[row / 8] |= (char)(1u << (row % 8));
+        if (literal(c, "true", 4)) values->data[row / 8] |= (char)(1u << (row % 8));
         else if (!literal(c, "false", 5)) return 0;
         return 1;
     case KIND_STRING: {
         if (c->p >= c->end || *c->p != '"') return 0;
         c->p++;
-        char *at = room(&f->out.values, (size_t)(c->end - c->p));
+        char *at = room(values, (size_t)(c->end - c->p));
         if (!at) {
-            plan->failed = f->out.values.out_of_memory; /* else beyond int32 offsets: the reference path reads it */
+            plan->failed = values->out_of_memory; /* else beyond int32 offsets: the reference path reads it */
             return 0;
         }
         size_t written;
         if (!read_string(c, (unsigned char *)at, &written)) return 0;
-        f->out.values.size += written;
+        values->size += written;
         return 1;
     }
     default: {
@@ -296,10 +300,10 @@ static int read_field_value(Plan *plan, Field *f, Cursor *c, Py_ssize_t row) {
         if (!read_number(c, &is_integer, &integer, &fits, &number)) return 0;
         if (f->kind == KIND_INT64) {
             if (!is_integer || !fits) return 0;
-            memcpy(f->out.values.data + 8 * row, &integer, 8);
+            memcpy(values->data + 8 * row, &integer, 8);
         } else {
             if (is_integer && !fits) return 0;
-            memcpy(f->out.values.data + 8 * row, &number, 8);
+            memcpy(values->data + 8 * row, &number, 8);
         }
         return 1;
     }
@@ -360,7 +364,7 @@ static int read_object(Plan *plan, Cursor *c, Py_ssize_t row) {
     for (int i = 0; i < plan->count; i++) {
         Field *f = &plan->fields[i];
         if (!seen[i]) set_null(plan, f, row);
-        array_out_end_row(&f->out, row);
+        array_out_end_row(out_of(plan, f), row);
     }
     return !plan->failed;
 }
@@ -375,28 +379,9 @@ static int plan_start(Plan *plan, PyObject *names, const char *kinds, Py_ssize_t
         f->name = PyBytes_AS_STRING(PyTuple_GET_ITEM(names, i));
         f->name_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(names, i));
         int width = f->kind == KIND_STRING ? VARIABLE_WIDTH : f->kind == KIND_BOOL ? 0 : 8;
-        if (array_out_start(&f->out, rows, width) < 0) return -1;
+        if (array_out_start(&plan->outs[i], rows, width) < 0) return -1;
     }
     return 0;
-}
-
-static void plan_free(Plan *plan) {
-    for (int i = 0; i < plan->count; i++) array_out_free(&plan->fields[i].out);
-}
-
-/* [(validity or None, values, offsets or None, nulls)] per field. */
-static PyObject *plan_buffers(const Plan *plan) {
-    PyObject *out = PyList_New(plan->count);
-    if (!out) return NULL;
-    for (int i = 0; i < plan->count; i++) {
-        PyObject *item = array_out_buffers(&plan->fields[i].out, plan->rows);
-        if (!item) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, item);
-    }
-    return out;
 }
 
 /* decode(data, offsets, first, rows, names, kinds) -> [(validity, values, offsets, nulls)] per field, or
@@ -437,10 +422,10 @@ static PyObject *decode(PyObject *module, PyObject *args) {
             goto done;
         }
     }
-    result = plan_buffers(plan);
+    result = arrays_out_buffers(plan->outs, plan->count, plan->rows);
 done:
     if (plan) {
-        plan_free(plan);
+        arrays_out_free(plan->outs, plan->count);
         free(plan);
     }
     PyBuffer_Release(&data);

@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import ClientConfig, create_topic, partitions_of, watermark_offsets
+from connectors.admin import ClientConfig, create_topic, partitions_of, topic_watermarks, watermark_offsets
 from engine.testing.errors import ProduceFailed, ReadFailed
 from schemas import FormatSpec, make_format
 from sinks.produce import ANY_PARTITION, produce_waiting
@@ -137,18 +137,46 @@ def _read_records(bootstrap: str, topic: str, isolation: Isolation, timeout: flo
         "log_level": 0,
     })
     try:
-        ends = _end_offsets(consumer, bootstrap, topic, timeout, client_config)
+        ends = _end_offsets(consumer, bootstrap, topic, isolation, timeout, client_config)
         return _consume_until_ends(consumer, topic, ends, timeout)
     finally:
         consumer.close()
 
 
-def _end_offsets(consumer: Consumer, bootstrap: str, topic: str, timeout: float,
+MARKER_GRACE_S = 1.0
+"""How long a ``read_committed`` read waits for a partition's last stable offset to reach its high watermark."""
+
+
+def _end_offsets(consumer: Consumer, bootstrap: str, topic: str, isolation: Isolation, timeout: float,
                  client_config: ClientConfig | None) -> dict[int, int]:
     """Per partition with records, where a reader with this consumer's isolation level stops (the last
     stable offset for read_committed, else the high watermark); empty partitions are left out."""
-    offsets = watermark_offsets(consumer, topic, partitions_of(bootstrap, topic, timeout, client_config), timeout)
+    partitions = partitions_of(bootstrap, topic, timeout, client_config)
+    offsets = watermark_offsets(consumer, topic, partitions, timeout)
+    if isolation == "read_committed":
+        offsets = _stable_after_recent_commits(consumer, bootstrap, topic, offsets, timeout, client_config)
     return {partition: high for partition, (low, high) in offsets.items() if high > low}
+
+
+def _stable_after_recent_commits(consumer: Consumer, bootstrap: str, topic: str,
+                                 stable: dict[int, tuple[int, int]], timeout: float,
+                                 client_config: ClientConfig | None) -> dict[int, tuple[int, int]]:
+    """The last stable offsets once the markers of transactions that just ended are written.
+
+    ``commit_transaction`` returns once the coordinator has logged the commit; the markers that move each
+    partition's last stable offset past the transaction's records are written a moment later. A read right
+    after a commit could end before that epoch's records (seen in this project's CI), so while a partition's
+    last stable offset is below its high watermark, ask again, for up to ``MARKER_GRACE_S``. A transaction
+    that is still open keeps it there: its records are not waited for beyond that."""
+    highs = topic_watermarks(bootstrap, prefix=topic, suffix=topic, timeout=timeout, client_config=client_config)
+    high_watermarks = {partition: high for partition, (_, high) in highs.get(topic, {}).items()}
+    deadline = time.monotonic() + MARKER_GRACE_S
+    while any(end < high_watermarks.get(partition, end) for partition, (_, end) in stable.items()):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+        stable = watermark_offsets(consumer, topic, list(stable), timeout)
+    return stable
 
 
 @dataclass(frozen=True)
