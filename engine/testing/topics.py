@@ -112,8 +112,10 @@ def read_topic(bootstrap: str, topic: str, format_spec: FormatSpec, isolation: I
     and decode the records, in partition then offset order.
 
     With ``read_committed`` the end is the last stable offset: records of aborted transactions are
-    filtered by the broker and records of open ones are not waited for. A record the format cannot decode
-    is an error naming its partition and offset. ``client_config``: security settings (an authenticated broker).
+    filtered by the broker, a transaction that committed a moment ago is waited for (``MARKER_GRACE_S``,
+    until its markers are written), and records of open ones are not waited for beyond that. A record the
+    format cannot decode is an error naming its partition and offset. ``client_config``: security settings
+    (an authenticated broker).
     """
     return _decode(_read_records(bootstrap, topic, isolation, timeout, client_config), topic, format_spec)
 
