@@ -68,6 +68,8 @@ _LETTER = {"boolean": "b", "int": "i", "long": "l", "float": "f", "double": "d",
 """The C module's one-letter code of each primitive kind."""
 _INT32 = (-(2**31), 2**31 - 1)
 _MAX_OFFSET = 2**31 - 1  # the int32 offsets of Arrow's string and binary arrays
+_MAX_NATIVE_FIELDS = 256
+"""The most fields the C module reads and writes (``MAX_FIELDS`` in the C file); wider records take numpy."""
 
 SWITCH = "EPOCHLINE_NATIVE_AVRO"
 """Environment variable: ``0`` (or ``false``/``off``/``no``) keeps the C module unused."""
@@ -307,7 +309,7 @@ def plan_for(physical_schema: AvroSchema) -> ColumnPlan | None:
         if spec is None:
             return None
         fields.append(spec)
-    return ColumnPlan(tuple(fields), native_avro())
+    return ColumnPlan(tuple(fields), native_avro() if len(fields) <= _MAX_NATIVE_FIELDS else None)
 
 
 def _field_of(name: str, avro_type: Any) -> _Field | None:

@@ -264,6 +264,16 @@ def test_a_payload_without_the_expected_prefix_makes_the_plan_decline_the_batch(
     assert plan.decode(column([b"\x00\x00"]), schema, header) is None
 
 
+def test_a_record_wider_than_the_c_module_reads_is_read_and_written_in_numpy() -> None:
+    schema = {"type": "record", "name": "Wide", "fields": [{"name": f"f{n}", "type": "long"} for n in range(300)]}
+    plan = plan_for(schema)
+    batch = batch_of(schema, [{f"f{n}": n * row for n in range(300)} for row in range(3)])
+
+    assert plan is not None and plan.native is None
+    assert encoded(plan, batch) == fastavro_bytes(schema, batch.to_pylist())
+    assert plan.decode(column(fastavro_bytes(schema, batch.to_pylist())), batch.schema) == batch
+
+
 def test_the_switch_turns_the_c_module_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SWITCH, "off")
     native_avro.cache_clear()
