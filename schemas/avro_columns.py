@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.avro_arrow import AvroSchema
-from schemas.extensions import load_extension
+from schemas.extensions import array_from_buffers, binary_array_from_buffers, column_buffers, load_extension
 
 if TYPE_CHECKING:  # annotations only
     import numpy.typing as npt
@@ -148,17 +148,9 @@ class ColumnPlan:
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def _encode_in_c(self, native: ModuleType, batch: pa.RecordBatch, prefix: bytes) -> pa.BinaryArray | None:
-        columns = []
-        for column in batch.columns:
-            validity, *rest = column.buffers()
-            columns.append((validity if column.null_count else None, rest[-1] if rest[-1] is not None else b"",
-                            rest[0] if len(rest) == 2 else None, column.offset))
+        columns = [column_buffers(column) for column in batch.columns]
         written = native.encode(batch.num_rows, prefix, self._kinds, self._branches, columns)
-        if written is None:
-            return None
-        data, offsets = written
-        return cast(pa.BinaryArray, pa.Array.from_buffers(pa.binary(), batch.num_rows,
-                                                          [None, pa.py_buffer(offsets), pa.py_buffer(data)]))
+        return binary_array_from_buffers(batch.num_rows, written) if written is not None else None
 
     def _decode_in_c(self, native: ModuleType, values: pa.BinaryArray, schema: pa.Schema,
                      prefix: bytes) -> pa.RecordBatch | None:
@@ -167,14 +159,8 @@ class ColumnPlan:
                                 self._kinds, self._branches)
         if buffers is None:
             return None
-        rows = len(values)
-        columns = []
-        for target, (validity, data_bytes, value_offsets, nulls) in zip(schema, buffers):
-            validity_buffer = pa.py_buffer(validity) if validity is not None else None
-            layout = [validity_buffer, pa.py_buffer(data_bytes)] if value_offsets is None else \
-                [validity_buffer, pa.py_buffer(value_offsets), pa.py_buffer(data_bytes)]
-            columns.append(pa.Array.from_buffers(target.type, rows, layout, null_count=nulls))
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+        return pa.RecordBatch.from_arrays([array_from_buffers(target.type, len(values), field_buffers)
+                                           for target, field_buffers in zip(schema, buffers)], schema=schema)
 
 
 class _Malformed(Exception):

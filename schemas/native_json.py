@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.extensions import load_extension
+from schemas.extensions import array_from_buffers, binary_array_from_buffers, column_buffers, load_extension
 
 SWITCH = "EPOCHLINE_NATIVE_JSON"
 """Environment variable: ``0`` (or ``false``/``off``/``no``) keeps the C reader and writer unused."""
@@ -66,9 +66,8 @@ class FlatJsonReader:
                                self._names, self._kinds)
         if buffers is None:
             return None
-        return pa.RecordBatch.from_arrays(
-            [_array(fld.type, len(values), field_buffers) for fld, field_buffers in zip(self._wire, buffers)],
-            schema=self._wire)
+        return pa.RecordBatch.from_arrays([array_from_buffers(fld.type, len(values), field_buffers)
+                                           for fld, field_buffers in zip(self._wire, buffers)], schema=self._wire)
 
 
 def flat_json_reader(wire: pa.Schema) -> FlatJsonReader | None:
@@ -100,13 +99,11 @@ class FlatJsonWriter:
             kind = _written_kind(column)
             if kind is None:
                 return None
-            columns.append(_column_buffers(name, kind, column))
+            columns.append((name.encode(), kind, *column_buffers(column)))
         written = self._encode(batch.num_rows, columns)
         if written is None:  # more text than int32 offsets address
             return None
-        data, offsets = written
-        return cast(pa.BinaryArray, pa.Array.from_buffers(pa.binary(), batch.num_rows,
-                                                          [None, pa.py_buffer(offsets), pa.py_buffer(data)]))
+        return binary_array_from_buffers(batch.num_rows, written)
 
 
 def flat_json_writer() -> FlatJsonWriter | None:
@@ -134,19 +131,3 @@ def _written_kind(column: pa.Array[Any]) -> str | None:
         if low.as_py() < _FIRST_SECOND * per_second or high.as_py() > (_LAST_SECOND + 1) * per_second - 1:
             return None
     return f"t{digits}{'Z' if kind.tz is not None else ''}"
-
-
-def _column_buffers(name: str, kind: str, column: pa.Array[Any]) -> tuple[bytes, str, Any, Any, Any, int]:
-    validity, *rest = column.buffers()
-    values = rest[-1] if rest[-1] is not None else b""
-    offsets = rest[0] if kind == "s" else None
-    return name.encode(), kind, validity if column.null_count else None, values, offsets, column.offset
-
-
-def _array(kind: pa.DataType, rows: int, buffers: tuple[bytes | None, bytes, bytes | None, int]) -> pa.Array[Any]:
-    validity, values, offsets, nulls = buffers
-    validity_buffer = pa.py_buffer(validity) if validity is not None else None
-    if offsets is not None:
-        return pa.Array.from_buffers(kind, rows, [validity_buffer, pa.py_buffer(offsets), pa.py_buffer(values)],
-                                     null_count=nulls)
-    return pa.Array.from_buffers(kind, rows, [validity_buffer, pa.py_buffer(values)], null_count=nulls)
