@@ -249,19 +249,21 @@ class KafkaWriter:
         """Wait until every record is acknowledged; a failed delivery raises before offsets move.
 
         Waits in half-second slices, so a signal's handler runs while records are in flight (a second stop
-        signal stops at once even when the broker is gone)."""
+        signal stops at once even when the broker is gone), and no longer once a record has failed: the epoch
+        fails anyway, and a transaction that failed sends nothing more, so its queued records would only
+        keep the wait going until the timeout (seen in CI: 60 s, then an error naming no cause)."""
         deadline = time.monotonic() + timeout
         remaining = self._flush_slice(min(FLUSH_SLICE_S, timeout))
-        while remaining and time.monotonic() < deadline:
+        while remaining and not self._failed and time.monotonic() < deadline:
             remaining = self._flush_slice(min(FLUSH_SLICE_S, max(0.0, deadline - time.monotonic())))
         if self._not_authorized is not None:
             raise self._not_authorized
-        if remaining:
-            raise EpochAborted(f"{remaining} records to {self.settings.topic} were not delivered within {timeout}s")
         if self._failed:
             failed, self._failed = self._failed, []
             cause = next((reason for purged, reason in failed if not purged), failed[0][1])
             raise EpochAborted(f"{len(failed)} records failed delivery, e.g. {cause}")
+        if remaining:
+            raise EpochAborted(f"{remaining} records to {self.settings.topic} were not delivered within {timeout}s")
 
     def _flush_slice(self, timeout: float) -> int:
         """One ``flush``; a fatal error raised inside it (fenced while records were in flight) is the sink

@@ -351,6 +351,25 @@ def test_an_epochs_error_names_a_refused_record_before_the_ones_purged_because_o
     assert str(aborted.value).startswith("2 records failed delivery, e.g. orders-out[0]: Broker: Message size")
 
 
+class FlushNeverDone:
+    """A producer whose queue never empties, as librdkafka's does once the transaction failed."""
+
+    def flush(self, timeout: float) -> int:
+        time.sleep(timeout)
+        return 1
+
+
+def test_a_failed_delivery_ends_the_wait_for_the_rest_of_the_epoch() -> None:
+    sink = unconnected_sink()
+    sink.producer = FlushNeverDone()  # type: ignore[assignment]
+    sink._on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), RefusedRecord(1))
+    started = time.monotonic()
+
+    with pytest.raises(EpochAborted, match=r"1 records failed delivery, e\.g\. orders-out\[1\]: .*too large"):
+        sink.flush(60)
+    assert time.monotonic() - started < 5
+
+
 def test_an_epoch_whose_records_were_all_purged_names_a_purged_one() -> None:
     sink = unconnected_sink()
     sink._on_delivery(KafkaError(KafkaError._PURGE_INFLIGHT), RefusedRecord(1))
