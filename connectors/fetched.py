@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -223,6 +224,13 @@ class MessageFetcher:
         pass
 
 
+ASSIGNMENT_WAIT_SLICE_S = 0.01
+"""How long one ``poll`` waits for an assignment while no partition is attached. The rebalance callback
+runs inside ``poll``, which then goes on waiting for a message on the consumer queue; but an attached
+partition's records go to the reader's queue, so one long ``poll`` would wait out its whole timeout with
+records ready (0.1 s of every start-up and rebalance). Short polls see the attachment within a slice."""
+
+
 class ColumnFetcher:
     """Reads attached partitions through the C module into Arrow buffers: their messages go to the reader's
     own queue, while the consumer's ``consume`` (called first on every fetch, without waiting) keeps serving
@@ -242,13 +250,17 @@ class ColumnFetcher:
         self._attached: set[int] = set()
 
     def fetch(self, timeout: float) -> Fetched:
-        if not self._attached:  # nothing to read yet: wait for an assignment on the consumer queue
-            return _served(self._consumer.poll(timeout))
+        deadline = time.monotonic() + timeout
+        while not self._attached:  # nothing to read yet: wait for an assignment on the consumer queue
+            remaining = deadline - time.monotonic()
+            message = self._consumer.poll(max(0.0, min(ASSIGNMENT_WAIT_SLICE_S, remaining)))
+            if message is not None or remaining <= ASSIGNMENT_WAIT_SLICE_S:
+                return _served(message)
         self._reader.attach(self._topic, sorted(self._attached))
         served = self._consumer.consume(self._max_records, 0)
         if served or not self._attached:  # (a rebalance callback inside consume may detach everything)
             return Fetched.of(served)
-        return self._read(max(0, int(timeout * 1000)))
+        return self._read(max(0, int((deadline - time.monotonic()) * 1000)))
 
     def _read(self, wait_ms: int) -> Fetched:
         count, values, keys, partitions, offsets, stamps, events = self._reader.read(self._max_records, wait_ms)

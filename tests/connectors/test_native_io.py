@@ -110,3 +110,31 @@ def test_the_switch_turns_the_c_module_off(monkeypatch: pytest.MonkeyPatch) -> N
         assert native_io() is None
     finally:
         native_io.cache_clear()
+
+
+def test_the_fetch_that_serves_the_assignment_hands_out_its_records(kafka_bootstrap: str, unique_topic: str,
+                                                                    native: ModuleType) -> None:
+    """The rebalance callback runs inside the fetch's ``poll`` and attaches the partitions, whose records
+    then reach the reader's queue, not the consumer's: a ``poll`` that went on waiting would return nothing
+    after its whole timeout (0.1 s of every start and rebalance, before the first record)."""
+    create_topic(kafka_bootstrap, unique_topic, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for n in range(5):
+        producer.produce(unique_topic, f"value {n}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"native-io-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    fetcher = ColumnFetcher(consumer, unique_topic, 100, native)
+
+    def attach(_: Consumer, partitions: list[TopicPartition]) -> None:
+        fetcher.attach([tp.partition for tp in partitions])
+        consumer.assign(partitions)
+
+    consumer.subscribe([unique_topic], on_assign=attach)
+    try:
+        first = fetcher.fetch(10.0)
+    finally:
+        fetcher.close()
+        consumer.close()
+
+    assert len(first.records) > 0
