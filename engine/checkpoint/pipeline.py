@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, cast
 
 import pyarrow as pa
@@ -156,12 +157,30 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
 
     # -- start-up ---------------------------------------------------------------------------------
     def recover(self, control: EpochControl) -> list[Source]:
+        """Fence the previous incarnation, wait for it to exit, then join the group: committed offsets are
+        read (in the assignment callback, inside a later poll) only after the fence (DESIGN.md, "Recovery").
+
+        The fence (``sink.start``: a connection, then ``init_transactions``) is mostly waiting on the broker,
+        so it runs on a thread of its own while this one opens the sources and checks the transform: work
+        that joins no group and reads no record, so it may run before the fence is done."""
         self._control = control
-        self.sink.start()  # fences the previous incarnation first, so it stops writing...
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fence") as fencing:
+            fenced = fencing.submit(self.sink.start)  # fences the previous incarnation first, so it stops writing...
+            self._open_sources()
+            fenced.result()
         self._honour_stop("fencing")
         self._state_lock.acquire(timeout_s=self.config.checkpoint.timeout / 1000 * 2,  # ...then waits for it to exit
                                  interrupted=lambda: self._stop.requested)
         self._honour_stop("waiting for the previous instance to exit")
+        self.sink.begin_epoch()
+        for source in self._sources.values():
+            source.subscribe(self)
+        self._observe_positions()
+        return list(self._sources.values())
+
+    def _open_sources(self) -> None:
+        """Every source made and its topic described (a missing topic fails here), the internal topics
+        ensured and the transform checked against the input schema; nothing subscribed yet."""
         self._sources[SOURCE_NAME] = self._new_source(self._source_settings[SOURCE_NAME])
         self._partitions = len(self._sources[SOURCE_NAME].partitions())
         self._ensure_internal_topics()
@@ -170,11 +189,6 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                 self._sources[name] = self._new_source(settings)
             self._honour_stop("opening the sources")
         self._validate_chain()
-        self.sink.begin_epoch()
-        for source in self._sources.values():
-            source.subscribe(self)
-        self._observe_positions()
-        return list(self._sources.values())
 
     def _honour_stop(self, during: str) -> None:
         if self._stop.requested:

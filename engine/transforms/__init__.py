@@ -4,6 +4,7 @@
 - ``sql``, ``functions``, ``windows``: the three kinds of step (window state is kept per source partition:
   ``WindowState`` is an ``engine.state.KeyedState``);
 - ``chain``: runs the steps in order and times each one;
+- ``database``: the process's one DuckDB database, a connection to it per user;
 - ``repartition``: splitting a chain where rows must be re-keyed by the window key, and the rows' way
   through the repartition topic.
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.metadata import KEY, TIMESTAMP, is_metadata_column, with_metadata_fields
 from engine.transforms.chain import OperatorChain
+from engine.transforms.database import duckdb_connection
 from engine.transforms.operator import Operator, OperatorConfigError
 from engine.transforms.windows import WindowOperator
 from schemas.arrow_ipc import ArrowIpcFormat
@@ -117,7 +117,7 @@ def split_by_key(table: pa.Table, key: list[str], partitions: int) -> dict[int, 
         raise OperatorConfigError(f"repartition: the rows before the window have no column(s) {missing} "
                                   f"of the window key; they have {table.column_names}")
     expression = ", ".join(f'"{column}"' for column in key)
-    connection = duckdb.connect()
+    connection = duckdb_connection()
     try:
         connection.register("keys", table.select(key))
         hashed = connection.sql(f"SELECT (hash({expression}) % {partitions})::INTEGER AS {_PARTITION} "

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import cast
 
 import duckdb
 import pyarrow as pa
 
 from engine.state import KeyedState
+from engine.transforms.database import duckdb_connection
 from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError, Watermark
 
 INPUT_VIEW = "input"
@@ -17,19 +19,25 @@ INPUT_VIEW = "input"
 class SqlOperator:
     """Runs one DuckDB query over each cycle's rows, visible to the query as the table ``input``.
 
-    One DuckDB connection per operator, and the query is bound once into a relation: DuckDB 2.0 relations
-    run their query again on every read, resolving ``input`` to whatever is registered at that moment. So a
-    cycle costs one ``register`` of the Arrow table (zero-copy) plus one run of the already bound query,
-    not a parse and bind per cycle. The connection keeps a reference to the last cycle's table until the
-    next cycle replaces it.
+    One DuckDB connection per operator (to the process's one database), and the query is bound once into a
+    relation: DuckDB 2.0 relations run their query again on every read, resolving ``input`` to whatever is
+    registered at that moment. So a cycle costs one ``register`` of the Arrow table (zero-copy) plus one run
+    of the already bound query, not a parse and bind per cycle. The connection keeps a reference to the last
+    cycle's table until the next cycle replaces it.
     """
 
     def __init__(self, query: str, name: str = "sql") -> None:
         self.name = name
         self.query = query
-        self._connection = duckdb.connect()
         self._relation: duckdb.DuckDBPyRelation | None = None
         self._output_schema: pa.Schema | None = None
+
+    @cached_property
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        """Made at first use, not with the operator: the first connection opens the process's database
+        (``engine.transforms.database``, tens of milliseconds), and the pipeline first uses it (``validate``)
+        while its fence waits on the broker (``KafkaPipeline.recover``)."""
+        return duckdb_connection()
 
     def validate(self, input_schema: pa.Schema) -> pa.Schema:
         """Bind and run the query over an empty table of ``input_schema``: unknown columns, syntax errors

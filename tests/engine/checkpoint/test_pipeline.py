@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import orjson
@@ -9,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.admin import create_topic, end_offsets
+from connectors.source import KafkaSource, PartitionListener, SourceSettings
 from engine.checkpoint import (
     ConnectorFailed,
     CoordinatorSettings,
@@ -20,7 +22,7 @@ from engine.checkpoint import (
 from engine.config import ConnectorConfig, load_config
 from engine.metrics import Metrics
 from engine.testing import read_values
-from engine.wiring import SOURCE_NAME
+from engine.wiring import SOURCE_NAME, build_sink
 from tests.helpers.connector_process import produce_values, write_config
 
 PARTITIONS = 2
@@ -83,3 +85,41 @@ def test_the_metrics_count_records_and_wire_bytes_in_and_out(kafka_bootstrap: st
     assert (counted["records_in"], counted["bytes_in"]) == (RECORDS, sum(map(len, values)))
     assert len(output) == RECORDS - RECORDS // 10
     assert (counted["records_out"], counted["bytes_out"]) == (len(output), sum(len(v or b"") for v in output))
+
+
+def test_the_sources_open_while_the_fence_runs_and_join_the_group_only_after_it(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    """Recovery reads committed offsets only after ``init_transactions`` fenced the previous incarnation
+    (DESIGN.md); making the consumer and describing its topic touch neither the group nor a record, so they
+    run while the fence waits on the broker. This fence waits until the source is open: run one after the
+    other, the start would fail."""
+    config, values = connector_with_input(kafka_bootstrap, tmp_path, unique_topic)
+    events: list[str] = []
+    source_opened = threading.Event()
+    sink = build_sink(config, kafka_bootstrap, transactional_id=f"fence-{unique_topic}", group_id=config.group_id)
+    fence = sink.start
+
+    def fence_once_the_source_is_open() -> None:
+        assert source_opened.wait(10), "the fence ran before the source was opened, not beside it"
+        fence()
+        events.append("fenced")
+
+    class RecordedSource(KafkaSource):
+        def subscribe(self, listener: PartitionListener) -> None:
+            events.append("subscribed")
+            super().subscribe(listener)
+
+    def open_source(settings: SourceSettings) -> RecordedSource:
+        source = RecordedSource(settings, kafka_bootstrap, config.group_id)
+        events.append("source opened")
+        source_opened.set()
+        return source
+
+    sink.start = fence_once_the_source_is_open  # type: ignore[method-assign]
+    pipeline = KafkaPipeline(config, kafka_bootstrap, open_source=open_source, sink=sink)
+    ends = {SOURCE_NAME: end_offsets(kafka_bootstrap, config.source.topic)}
+    StreamingCoordinator(pipeline, CoordinatorSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
+
+    assert events == ["source opened", "fenced", "subscribed"]
+    assert sorted(read_values(kafka_bootstrap, config.sink.topic)) == sorted(
+        orjson.dumps({"id": i, "amount": float(i)}) for i in range(RECORDS) if i % 10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -15,6 +16,7 @@ from engine.transforms import (
     SqlOperator,
     build_chain,
 )
+from engine.transforms.database import duckdb_connection
 from engine.transforms.windows import END_OF_INPUT_WATERMARK, WindowOperator, WindowSpec
 from tests.helpers import REPO_ROOT
 
@@ -57,6 +59,26 @@ def test_sql_reads_each_cycles_rows_not_the_previous_ones() -> None:
     first = operator.process(orders([("ann", 1, 1), ("bob", 2, 2)]), watermark=None)
     second = operator.process(orders([("cy", 40, 3)]), watermark=None)
     assert (first["total"].to_pylist(), second["total"].to_pylist()) == ([3], [40])
+
+
+def test_sql_steps_share_one_database_but_each_sees_only_its_own_input() -> None:
+    """One in-memory DuckDB database per process (opening one costs tens of milliseconds), a connection per
+    step: ``input`` is registered per connection, so two steps' cycles never read each other's rows."""
+    totals = SqlOperator("SELECT sum(amount_cents) AS total FROM input", name="totals")
+    names = SqlOperator("SELECT string_agg(customer, ',') AS names FROM input", name="names")
+    totals.validate(ORDERS_SCHEMA)
+    names.validate(ORDERS_SCHEMA)
+    first = totals.process(orders([("ann", 1, 1), ("bob", 2, 2)]), watermark=None)
+    second = names.process(orders([("cy", 40, 3)]), watermark=None)
+    third = totals.process(orders([("dee", 7, 4)]), watermark=None)
+    assert (first["total"].to_pylist(), second["names"].to_pylist(), third["total"].to_pylist()) == ([3], ["cy"], [7])
+    one, other = duckdb_connection(), duckdb_connection()
+    one.execute("CREATE TEMP TABLE seen_by_one AS SELECT 1 AS x")
+    one.execute("CREATE TABLE shared_by_both AS SELECT 2 AS x")
+    assert other.sql("SELECT x FROM shared_by_both").fetchall() == [(2,)]
+    with pytest.raises(duckdb.CatalogException):
+        other.sql("SELECT x FROM seen_by_one")
+    one.execute("DROP TABLE shared_by_both")
 
 
 def test_sql_validate_returns_the_schema_process_emits() -> None:
