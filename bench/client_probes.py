@@ -1,13 +1,16 @@
-"""Two librdkafka behaviours measured alone, without a pipeline: how fast a consumer that does nothing else
-reads under a given fetch config, and how long a transactional producer takes to start.
+"""librdkafka behaviours measured alone, without a pipeline: how fast a consumer that does nothing else
+reads under a given fetch config, and how long a transactional producer and a consumer take to start.
 
     python bench/client_probes.py [--records 1000000] [--starts 10] [--bootstrap HOST:PORT]
 
 ``consume``: ``--records`` JSON records of the benchmark's input (bench/workload.py, 4 partitions) are read
 ``read_committed`` with the sources' consumer settings, once with each fetch config below; records/s is
-wall time from the first ``consume`` call to the last record. ``producer start``: ``--starts`` fresh
-transactional producers each run ``init_transactions``, at once or after a metadata request (what
-``TransactionalKafkaSink.start`` does). Without ``--bootstrap`` a private broker is started and stopped.
+wall time from the first ``consume`` call to the last record (``--records 0`` skips it). ``producer start``:
+``--starts`` fresh transactional producers each run ``init_transactions``, at once or after a metadata
+request (what ``TransactionalKafkaSink.start`` does), with librdkafka's ``reconnect.backoff.ms`` and with
+epochline's (``engine.wiring.CLIENT_DEFAULTS``). ``consumer start``: as many fresh consumers each describe
+the input topic (what a source does first), with each backoff. Without ``--bootstrap`` a private broker is
+started and stopped.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from bench.run import broker
 from bench.workload import generate_input
 from connectors.admin import create_topic
 from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND
+from engine.wiring import CLIENT_DEFAULTS
 
 PARTITIONS = 4
 LARGE_FETCHES = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(32 << 20)}
@@ -37,6 +41,10 @@ FETCH_CONFIGS: dict[str, Mapping[str, str]] = {
     "8 MiB fetches (the sources' defaults before)": LARGE_FETCHES,
     "10 ms queue backoff (the sources' FETCH_DEFAULTS)": FETCH_DEFAULTS,
     "8 MiB fetches, 10 ms queue backoff": {**LARGE_FETCHES, **FETCH_DEFAULTS},
+}
+RECONNECT_BACKOFFS: dict[str, Mapping[str, str]] = {
+    "librdkafka's reconnect.backoff.ms (100)": {},
+    f"epochline's ({CLIENT_DEFAULTS['reconnect.backoff.ms']})": CLIENT_DEFAULTS,
 }
 
 
@@ -58,19 +66,37 @@ def consume_rate(bootstrap: str, topic: str, records: int, fetch: Mapping[str, s
         consumer.close()
 
 
-def start_seconds(bootstrap: str, starts: int, metadata_first: bool) -> list[float]:
+def start_seconds(bootstrap: str, starts: int, metadata_first: bool, client: Mapping[str, str]) -> list[float]:
     """Time to a transactional producer's first transaction, for ``starts`` fresh producers: what
     ``TransactionalKafkaSink.start`` does (``metadata_first``) and what it did before (``init_transactions``
     at once)."""
     seconds = []
     for _ in range(starts):
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"probe-{uuid.uuid4().hex}"})
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"probe-{uuid.uuid4().hex}",
+                             **client})
         started = time.monotonic()
         if metadata_first:
             producer.list_topics(timeout=5)
         producer.init_transactions(30)
         seconds.append(time.monotonic() - started)
     return seconds
+
+
+def describe_seconds(bootstrap: str, topic: str, starts: int, client: Mapping[str, str]) -> list[float]:
+    """Time for ``starts`` fresh consumers to describe ``topic``, a source's first call."""
+    seconds = []
+    for _ in range(starts):
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}", **client})
+        started = time.monotonic()
+        consumer.list_topics(topic, timeout=5)
+        seconds.append(time.monotonic() - started)
+        consumer.close()
+    return seconds
+
+
+def summary(seconds: list[float]) -> str:
+    return (f"median {statistics.median(seconds):.3f} s, slowest {max(seconds):.3f} s, "
+            f"{sum(s > 0.3 for s in seconds)} of {len(seconds)} over 0.3 s")
 
 
 def main() -> None:
@@ -82,15 +108,17 @@ def main() -> None:
     with broker(args.bootstrap) as (bootstrap, _):
         topic = f"probe-input-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic, PARTITIONS)
-        generate_input(bootstrap, topic, args.records, "json")
-        for name, fetch in FETCH_CONFIGS.items():
-            print(f"consume, {name}: {consume_rate(bootstrap, topic, args.records, fetch):,.0f} records/s")
-        for metadata_first in (False, True):
-            seconds = start_seconds(bootstrap, args.starts, metadata_first)
-            print(f"producer start, {'metadata first' if metadata_first else 'init_transactions at once'}: median "
-                  f"{statistics.median(seconds):.3f} s, slowest {max(seconds):.3f} s, "
-                  f"{sum(s > 0.3 for s in seconds)} of {len(seconds)} over 0.3 s")
-
+        if args.records:
+            generate_input(bootstrap, topic, args.records, "json")
+            for name, fetch in FETCH_CONFIGS.items():
+                print(f"consume, {name}: {consume_rate(bootstrap, topic, args.records, fetch):,.0f} records/s")
+        for backoff, client in RECONNECT_BACKOFFS.items():
+            for metadata_first in (False, True):
+                way = "metadata first" if metadata_first else "init_transactions at once"
+                print(f"producer start, {way}, {backoff}: "
+                      f"{summary(start_seconds(bootstrap, args.starts, metadata_first, client))}")
+            print(f"consumer start, describing the topic, {backoff}: "
+                  f"{summary(describe_seconds(bootstrap, topic, args.starts, client))}")
 
 if __name__ == "__main__":
     main()

@@ -150,7 +150,8 @@ class CheckpointConfig(_Strict):
     timeout: DurationMs = 5_000
 
 
-CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "client.dns.lookup", "socket.")
+CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "client.dns.lookup", "socket.",
+                       "reconnect.")
 
 
 class KafkaConfig(_Strict):
