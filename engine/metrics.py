@@ -2,8 +2,9 @@
 
 Why plain counters plus a collector, rather than prometheus-client Counter objects: the counters are the one
 source of truth (``snapshot()`` returns them as a dict, so tests and the CLI need no HTTP), and a custom
-collector renders them at scrape time, so nothing is counted twice. Each ``Metrics`` has its own
-``CollectorRegistry``; several instances (several tests, several pipelines) never clash in the global one.
+collector renders them at scrape time, so nothing is counted twice. Each served ``Metrics`` has its own
+``CollectorRegistry`` (``engine._prometheus``); several instances (tests, pipelines) never clash in the global
+one. prometheus-client is imported only when metrics are served.
 
 Each recording method is called where its numbers are known: ``record_cycle`` by the coordinator after a
 cycle, ``records_out`` by the sink step, ``checkpoint`` and ``lag`` after a commit, ``late_rows`` and
@@ -17,12 +18,12 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,6 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counters = Counters()
-        self.registry = CollectorRegistry()
-        self.registry.register(_Collector(self))
         self._server: WSGIServer | None = None
         self._server_thread: threading.Thread | None = None
 
@@ -157,7 +156,9 @@ class Metrics:
         daemon thread; returns the bound port. Stop with ``close()``."""
         if self._server is not None:
             raise RuntimeError(f"metrics are already served on port {self._server.server_port}")
-        self._server, self._server_thread = start_http_server(port, addr=addr, registry=self.registry)
+        from engine._prometheus import serve_counters  # prometheus-client only when served: ~15 ms of a start
+
+        self._server, self._server_thread = serve_counters(self.counters, port, addr)
         bound = self._server.server_port
         log.info("metrics served", extra={"addr": addr, "port": bound})
         return bound
@@ -171,53 +172,3 @@ class Metrics:
         if self._server_thread is not None:
             self._server_thread.join(timeout=5)
         self._server = self._server_thread = None
-
-
-class _Collector:
-    """Renders a copy of the counters as Prometheus families at scrape time."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        c = self._metrics.counters()
-        yield _counter("epochline_cycles", "Engine cycles run", c.cycles)
-        yield _counter("epochline_batches_in", "Record batches read by the sources", c.batches_in)
-        yield _counter("epochline_records_in", "Records read by the sources", c.records_in)
-        yield _counter("epochline_bytes_in", "Bytes read by the sources", c.bytes_in)
-        yield _counter("epochline_records_out", "Records handed to the sink", c.records_out)
-        yield _counter("epochline_bytes_out", "Bytes handed to the sink", c.bytes_out)
-        yield _counter("epochline_cycle_seconds", "Time spent in cycles", c.cycle_ns / NS_PER_SECOND)
-        phases = CounterMetricFamily("epochline_phase_seconds", "Time spent per cycle phase", labels=["phase"])
-        for phase, ns in sorted(c.phase_ns.items()):
-            phases.add_metric([phase], ns / NS_PER_SECOND)
-        yield phases
-        yield _counter("epochline_checkpoints", "Checkpoints committed", c.checkpoints)
-        yield _counter("epochline_checkpoint_seconds", "Time spent in committed checkpoints",
-                       c.checkpoint_seconds_total)
-        yield _counter("epochline_checkpoint_bytes", "State bytes written by checkpoints", c.checkpoint_bytes_total)
-        yield GaugeMetricFamily("epochline_last_checkpoint_seconds", "Duration of the last checkpoint",
-                                value=c.last_checkpoint_seconds)
-        yield GaugeMetricFamily("epochline_last_checkpoint_bytes", "State size of the last checkpoint",
-                                value=c.last_checkpoint_bytes)
-        lag = GaugeMetricFamily("epochline_consumer_lag", "Records behind the partition end",
-                                labels=["source", "partition"])
-        for source, partitions in sorted(c.consumer_lag.items()):
-            for partition, records in sorted(partitions.items()):
-                lag.add_metric([source, str(partition)], records)
-        yield lag
-        late = CounterMetricFamily("epochline_late_rows", "Rows behind the watermark", labels=["outcome"])
-        late.add_metric(["dropped"], c.late_rows_dropped)
-        late.add_metric(["diverted"], c.late_rows_diverted)
-        yield late
-        yield _counter("epochline_dead_letters", "Records sent to the dead-letter topic", c.dead_letters)
-        yield _counter("epochline_cycles_failed", "Cycles whose operators failed", c.cycles_failed)
-        yield _counter("epochline_state_restores", "Keyed state restores from changelogs", c.state_restores)
-        yield _counter("epochline_state_restore_seconds", "Time spent restoring keyed state from changelogs",
-                       c.state_restore_seconds_total)
-        yield _counter("epochline_state_restore_bytes", "Keyed state bytes read from changelogs",
-                       c.state_restore_bytes_total)
-
-
-def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
-    return CounterMetricFamily(name, documentation, value=value)
