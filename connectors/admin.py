@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -26,6 +26,7 @@ CLIENT_LOGGER = logging.getLogger("librdkafka")
 """Where every client epochline makes sends librdkafka's log lines (its ``logger`` setting)."""
 
 ClientConfig = Mapping[str, str]
+Isolation = Literal["read_committed", "read_uncommitted"]
 
 _QUIET = 4  # librdkafka log level: warnings and worse
 
@@ -149,15 +150,16 @@ def watermark_offsets(consumer: Consumer, topic: str, partitions: list[int],
     return offsets
 
 
-def partition_offsets(bootstrap: str, topic: str, timeout: float = 30.0,
-                      client_config: ClientConfig | None = None) -> dict[int, tuple[int, int]]:
-    """``watermark_offsets`` of every partition of ``topic``, read as a ``read_committed`` consumer."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": "epochline-end-offsets",
-                              "isolation.level": "read_committed", "enable.auto.commit": False,
-                              "log_level": _QUIET, "logger": CLIENT_LOGGER, **(client_config or {})}
-    consumer = Consumer(config)
+def partition_offsets(bootstrap: str, topic: str, timeout: float = 30.0, client_config: ClientConfig | None = None,
+                      *, isolation: Isolation = "read_committed",
+                      partitions: list[int] | None = None) -> dict[int, tuple[int, int]]:
+    """``watermark_offsets`` of ``partitions`` of ``topic`` (default: all), as a consumer with ``isolation``
+    reads them: the last stable offset read_committed, the high watermark read_uncommitted."""
+    consumer = _offsets_consumer(bootstrap, client_config, isolation=isolation)
     try:
-        return watermark_offsets(consumer, topic, partitions_of(bootstrap, topic, timeout, client_config), timeout)
+        if partitions is None:
+            partitions = partitions_of(bootstrap, topic, timeout, client_config)
+        return watermark_offsets(consumer, topic, partitions, timeout)
     finally:
         consumer.close()
 
@@ -314,11 +316,11 @@ def matching_topics(bootstrap: str, prefix: str = "", suffix: str = "", timeout:
 
 
 def _offsets_consumer(bootstrap: str, client_config: ClientConfig | None, group: str = "epochline-end-offsets",
-                      ) -> Consumer:
-    """A consumer that only looks: never subscribes (so never joins ``group``), never commits, and reads
-    high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset."""
+                      isolation: Isolation = "read_uncommitted") -> Consumer:
+    """A consumer that only looks: never subscribes (so never joins ``group``), never commits. By default it
+    reads high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset."""
     config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                              "isolation.level": "read_uncommitted", "enable.auto.commit": False,
+                              "isolation.level": isolation, "enable.auto.commit": False,
                               "log_level": _QUIET, "logger": CLIENT_LOGGER, **(client_config or {})}
     return Consumer(config)
 

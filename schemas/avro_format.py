@@ -239,9 +239,7 @@ class AvroFormat:
         return self._codec.arrow_schema
 
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
-        if (whole := self._codec.read_columns(pa.array(payloads, pa.binary()))) is not None:
-            return whole
-        return self._decode_records(payloads)
+        return self.decode_column(pa.array(payloads, pa.binary()))
 
     def decode_column(self, values: pa.BinaryArray) -> Decoded:
         if (whole := self._codec.read_columns(values)) is not None:

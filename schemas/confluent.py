@@ -150,13 +150,10 @@ class ConfluentAvroFormat:
         return self._reader.arrow_schema if self._reader is not None else None
 
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
-        writer_or_reason = functools.cache(self._writer_or_reason)  # an unknown id is looked up once per batch
-        if (whole := self._read_columns(pa.array(payloads, pa.binary()), writer_or_reason)) is not None:
-            return whole
-        return self._decode_records(payloads, writer_or_reason)
+        return self.decode_column(pa.array(payloads, pa.binary()))
 
     def decode_column(self, values: pa.BinaryArray) -> Decoded:
-        writer_or_reason = functools.cache(self._writer_or_reason)
+        writer_or_reason = functools.cache(self._writer_or_reason)  # an unknown id is looked up once per batch
         if (whole := self._read_columns(values, writer_or_reason)) is not None:
             return whole
         return self._decode_records(values.to_pylist(), writer_or_reason)

@@ -13,17 +13,22 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import ClientConfig, create_topic, partitions_of, topic_watermarks, watermark_offsets
+from connectors.admin import (
+    ClientConfig,
+    Isolation,
+    create_topic,
+    partition_offsets,
+    partitions_of,
+    watermark_offsets,
+)
 from engine.testing.errors import ProduceFailed, ReadFailed
 from schemas import FormatSpec, make_format
 from sinks.produce import ANY_PARTITION, produce_waiting
-
-Isolation = Literal["read_committed", "read_uncommitted"]
 
 
 def create_unique_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
@@ -170,8 +175,9 @@ def _stable_after_recent_commits(consumer: Consumer, bootstrap: str, topic: str,
     after a commit could end before that epoch's records (seen in this project's CI), so while a partition's
     last stable offset is below its high watermark, ask again, for up to ``MARKER_GRACE_S``. A transaction
     that is still open keeps it there: its records are not waited for beyond that."""
-    highs = topic_watermarks(bootstrap, prefix=topic, suffix=topic, timeout=timeout, client_config=client_config)
-    high_watermarks = {partition: high for partition, (_, high) in highs.get(topic, {}).items()}
+    highs = partition_offsets(bootstrap, topic, timeout, client_config, isolation="read_uncommitted",
+                              partitions=list(stable))
+    high_watermarks = {partition: high for partition, (_, high) in highs.items()}
     deadline = time.monotonic() + MARKER_GRACE_S
     while any(end < high_watermarks.get(partition, end) for partition, (_, end) in stable.items()):
         if time.monotonic() >= deadline:
