@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from engine.config import load_config
-from engine.wiring import build_sink, client_config, source_settings
+from engine.wiring import client_config, sink_settings, source_settings
 
 
 def connector(tmp_path: Path, client: dict[str, str]) -> Path:
@@ -24,8 +24,7 @@ def test_every_client_reconnects_after_20_ms_at_first_unless_kafka_client_says_o
     default = load_config(connector(tmp_path, {"client.id": "orders"}))
     assert client_config(default) == {"reconnect.backoff.ms": "20", "client.id": "orders"}
     assert source_settings(default).consumer_config["reconnect.backoff.ms"] == "20"
-    sink = build_sink(default, "127.0.0.1:9", transactional_id="t", group_id="g")
-    assert sink.settings.producer_config["reconnect.backoff.ms"] == "20"
+    assert sink_settings(default, transactional_id="t", group_id="g").producer_config["reconnect.backoff.ms"] == "20"
 
     chosen = load_config(connector(tmp_path, {"reconnect.backoff.ms": "100"}))
     assert client_config(chosen)["reconnect.backoff.ms"] == "100"
