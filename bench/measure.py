@@ -34,11 +34,12 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from bench.contenders import Contender, JobSpec
@@ -63,10 +64,10 @@ class Usage:
 class ChildProcess:
     """A contender process in its own session, reaped with ``wait4`` so its resource usage is its own."""
 
-    def __init__(self, command: list[str], log_path: Path, cwd: Path) -> None:
+    def __init__(self, command: list[str], log_path: Path, cwd: Path, env: Mapping[str, str] | None = None) -> None:
         self.started_at = time.time()  # wall clock, like the tailer's arrival times
         with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
-            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                             stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
         self.usage: Usage | None = None
         self._peak_rss_kb = 0
@@ -114,8 +115,9 @@ class OutputTailer(threading.Thread):
     """
 
     def __init__(self, bootstrap: str, topic: str, target: int = 0,
-                 id_of: Callable[[bytes], int] | None = None) -> None:
+                 id_of: Callable[[bytes], int] | None = None, read_wait_s: float = 0.05) -> None:
         super().__init__(name=f"tail-{topic}", daemon=True)
+        self.read_wait_s = read_wait_s  # how long one read waits for a first record (then it returns at once)
         self.count = 0
         self.target = target
         self.target_reached_at: float | None = None
@@ -147,10 +149,15 @@ class OutputTailer(threading.Thread):
             self._consumer.close()
 
     def _take(self) -> int:
-        """Records that became visible since the last call (waiting up to 50 ms for some)."""
+        """Records that became visible since the last call (waiting up to ``read_wait_s`` for the first)."""
         if self._fetcher is not None:
-            return len(self._fetcher.fetch(0.05).records)
-        messages = self._consumer.consume(num_messages=TAIL_BATCH, timeout=0.05)
+            return len(self._fetcher.fetch(self.read_wait_s).records)
+        # ``poll`` returns at the first record; ``consume(n, t)`` would wait for n records or all of t, and
+        # every arrival stamp was up to 50 ms late until 2026-12-04 (first outputs and latencies with it).
+        first = self._consumer.poll(self.read_wait_s)
+        if first is None:
+            return 0
+        messages = [first, *self._consumer.consume(num_messages=TAIL_BATCH - 1, timeout=0)]
         arrived = time.time()
         taken = 0
         for message in messages:
@@ -301,7 +308,7 @@ def measure_latency(contender: Contender, job: JobSpec, id_of: Callable[[bytes],
     tailer.start()
     child = ChildProcess(contender.command(job), job.workdir / "contender.log", job.workdir)
     try:
-        first_output_s = _warm_up(child, tailer, job, plan, produce)
+        first_output_s = time_first_output(child, tailer, job, plan, produce)
         stamps: dict[int, int] = {}
         produce(plan.probe_ids, plan.rate, stamps)
         deadline = time.monotonic() + 60.0
@@ -320,7 +327,7 @@ def measure_latency(contender: Contender, job: JobSpec, id_of: Callable[[bytes],
     return Latency(quantiles[49], quantiles[98], len(delays_ms), first_output_s)
 
 
-def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: LatencyPlan,
+def time_first_output(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: LatencyPlan,
              produce: PacedProduce) -> float:
     """Write a warm-up row every ``plan.warmup_every_s``, all with one producer, until one comes out (the
     contender is then fully running); returns the seconds from the process start to that first output.
@@ -338,6 +345,18 @@ def _warm_up(child: ChildProcess, tailer: OutputTailer, job: JobSpec, plan: Late
         raise ContenderFailed(f"exited with code {child.usage.exit_code} while warming up; "
                               f"see {job.workdir / 'contender.log'}")
     raise ContenderFailed(f"no output within {plan.warmup_timeout:.0f}s of starting it live")
+
+
+def log_records(log_path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON log lines of a contender's log as dicts, in order; other lines (a librdkafka line written
+    before logging was configured, a traceback) are skipped."""
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            yield record
 
 
 def resident_high_water_kb(pid: int) -> int:

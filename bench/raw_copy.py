@@ -83,7 +83,10 @@ def copy(args: argparse.Namespace) -> None:
     producer.begin_transaction()
     epoch_started = time.monotonic()
     while not stopping:
-        for message in consumer.consume(num_messages=10_000, timeout=0.1):
+        # ``consume(n, timeout)`` waits until n messages or the timeout: wait for the first with ``poll``
+        # and take what is already fetched, so a live input's records are copied as they come.
+        first = consumer.poll(0.1)
+        for message in [first, *consumer.consume(num_messages=9_999, timeout=0)] if first is not None else []:
             if message.error() is not None:
                 raise CopyStopped(f"consuming {args.input} partition {message.partition()}: {message.error()}")
             produce_waiting(producer, args.output, message.value(), message.key(), partition=message.partition(),

@@ -48,7 +48,15 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.contenders import Epochline, JobSpec, RawCopy
-from bench.measure import ChildProcess, ContenderFailed, CpuWindow, OutputTailer, read_committed_ids, verify_ids
+from bench.measure import (
+    ChildProcess,
+    ContenderFailed,
+    CpuWindow,
+    OutputTailer,
+    log_records,
+    read_committed_ids,
+    verify_ids,
+)
 from bench.report import FAILED, OK, Result, machine
 from bench.run import RESULTS_DIR, Bench, add_warm_up_arguments, broker, byte_compile_project, setting, versions
 from bench.workload import FORMATS, INPUT_PRODUCER_CONFIG, SQL, Workload, generate_input
@@ -104,12 +112,8 @@ def assignment_changes(log_path: Path, started: float, topic: str) -> tuple[list
     changes: list[str] = []
     assigned: list[float] = []
     left = None
-    for line in log_path.read_text(errors="replace").splitlines():
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if not isinstance(record, dict) or record.get("topic") != topic:
+    for record in log_records(log_path):
+        if record.get("topic") != topic:
             continue
         if record.get("event") == "partitions assigned":
             sign, partitions = "+", sorted(int(p) for p in record.get("offsets", {}))

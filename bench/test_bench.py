@@ -283,6 +283,29 @@ def test_the_tailer_counts_committed_records_and_never_aborted_ones(by_id: bool,
         assert sorted(tailer.arrivals) == [*range(200), *range(300, 400)]
 
 
+@pytest.mark.timeout(120)
+def test_the_tailer_stamps_a_record_when_it_becomes_visible_not_when_its_read_times_out(kafka_bootstrap: str) -> None:
+    """A read that may wait 3 s must still hand out one committed record at once: first-output and latency
+    numbers are the tailer's arrival stamps."""
+    topic = f"bench-test-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_bootstrap, topic, 1)
+    tailer = OutputTailer(kafka_bootstrap, topic, target=1, id_of=int, read_wait_s=3.0)
+    tailer.start()
+    try:
+        time.sleep(0.5)  # the tailer is inside a read
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer.produce(topic, b"7")
+        producer.flush(30)
+        committed_at = time.time()
+        deadline = time.monotonic() + 30
+        while tailer.target_reached_at is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        tailer.halt()
+    assert tailer.target_reached_at is not None
+    assert tailer.arrivals[7] - committed_at < 1.5, "the read waited for more records than one"
+
+
 @pytest.mark.timeout(180)
 def test_the_warm_up_copies_the_input_as_often_as_asked_and_keeps_each_copys_rate(kafka_bootstrap: str,
                                                                                 tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message
 
-from connectors.metadata import METADATA_FIELDS
+from connectors.metadata import METADATA_FIELDS, maxima_by_partition
 from connectors.native_io import native_io
 
 
@@ -97,9 +97,8 @@ class RecordColumns:
         return set(cast(list[int], pc.unique(self.partitions).to_pylist()))
 
     def next_offsets(self) -> dict[int, int]:
-        """Per partition, the offset after its last record here (a partition's offsets only grow)."""
-        partitions, offsets = self.partitions.to_numpy(), self.offsets.to_numpy()
-        return {int(p): int(offsets[partitions == p].max()) + 1 for p in np.unique(partitions)}
+        """Per partition, the offset after its last record here."""
+        return {p: offset + 1 for p, offset in maxima_by_partition(self.partitions, self.offsets).items()}
 
     def metadata_arrays(self) -> list[pa.Array[Any]]:
         """``METADATA_COLUMNS`` as Arrow arrays, in that order."""

@@ -22,7 +22,7 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.metadata import PARTITION, TIMESTAMP
+from connectors.metadata import PARTITION, TIMESTAMP, maxima_by_partition
 from schemas.event_time import EventTimeError, event_time_ms, is_event_time_type
 
 __all__ = ["EventTimeError", "WatermarkTracker", "event_times_ms", "filter_late_rows", "max_event_time_per_partition",
@@ -129,10 +129,7 @@ def event_times_ms(batch: pa.RecordBatch, column: str | None) -> pa.Array[pa.Int
 
 def max_event_time_per_partition(batch: pa.RecordBatch, column: str | None) -> dict[int, int]:
     """Per Kafka partition, the largest event time in ``batch`` (rows without an event time ignored)."""
-    table = pa.table({PARTITION: batch.column(PARTITION), "t": event_times_ms(batch, column)})
-    maxima = table.group_by(PARTITION).aggregate([("t", "max")])
-    partitions = cast(list[int], maxima[PARTITION].to_pylist())
-    return {p: t for p, t in zip(partitions, maxima["t_max"].to_pylist()) if t is not None}
+    return maxima_by_partition(batch.column(PARTITION), event_times_ms(batch, column))
 
 
 def filter_late_rows(batch: pa.RecordBatch, watermark: int | Mapping[int, int] | None,

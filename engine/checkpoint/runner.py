@@ -100,6 +100,8 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     except InstanceNameError as error:
         raise ConnectorFailed(f"{config.name}: {error}") from error
     set_context(connector=config.name, instance=instance.name)
+    log.info("connector starting", extra={"source": config.source.topic, "sink": config.sink.topic,
+                                          "delivery": config.sink.delivery, "bootstrap": options.bootstrap})
     client = client_config(config)
     if not _kafka_answers(config, options, client, stop):
         return

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from connectors.metadata import KEY, TIMESTAMP, is_metadata_column, with_metadata_fields
 from engine.transforms.chain import OperatorChain
-from engine.transforms.database import duckdb_connection
+from engine.transforms.database import duckdb_connection, open_database_soon
 from engine.transforms.operator import Operator, OperatorConfigError
 from engine.transforms.windows import WindowOperator
 from schemas.arrow_ipc import ArrowIpcFormat
@@ -62,6 +62,7 @@ def split_for_repartition(chain: OperatorChain) -> Stages | None:
     if KEY in first.spec.key:
         return None
     _refuse_later_windows(chain.steps[windows[0] + 1:], first)
+    open_database_soon()  # every cycle's split hashes the key in DuckDB
     return Stages(OperatorChain(chain.steps[:windows[0]]), OperatorChain(chain.steps[windows[0]:]),
                   list(first.spec.key))
 

@@ -9,7 +9,7 @@ import duckdb
 import pyarrow as pa
 
 from engine.state import KeyedState
-from engine.transforms.database import duckdb_connection
+from engine.transforms.database import duckdb_connection, open_database_soon
 from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError, Watermark
 
 INPUT_VIEW = "input"
@@ -31,12 +31,12 @@ class SqlOperator:
         self.query = query
         self._relation: duckdb.DuckDBPyRelation | None = None
         self._output_schema: pa.Schema | None = None
+        open_database_soon()
 
     @cached_property
     def _connection(self) -> duckdb.DuckDBPyConnection:
-        """Made at first use, not with the operator: the first connection opens the process's database
-        (``engine.transforms.database``, tens of milliseconds), and the pipeline first uses it (``validate``)
-        while its fence waits on the broker (``KafkaPipeline.recover``)."""
+        """Made at first use (``validate``, while the pipeline's fence waits on the broker), to the process's
+        database, whose opening began on a thread when the step was made (``engine.transforms.database``)."""
         return duckdb_connection()
 
     def validate(self, input_schema: pa.Schema) -> pa.Schema:
