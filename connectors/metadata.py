@@ -52,11 +52,11 @@ def maxima_by_partition(partitions: pa.Array[Any], values: pa.Array[Any]) -> dic
     """Per partition, the largest non-null integer of ``values`` on its rows (``partitions[i]`` is row i's);
     a partition whose values are all null is left out.
 
-    Why masks: with up to 32 partitions in a batch, a numpy mask per partition costs 0.2-0.5 ms at 25,000
-    rows against Acero's 1.0-1.1 ms (2.3x-4x less; 1.9 against 2.4 ms at 100,000 rows and 32 partitions),
-    and needs no import: ``pyarrow.acero`` loads at its first use, 20-30 ms of a connector's first cycle, and
+    Why masks: with up to 32 partitions in a batch, a numpy mask per partition costs 0.2-0.8 ms at 25,000
+    rows against Acero's 1.0-1.1 ms (1.9 against 2.4 ms at 100,000 rows and 32 partitions), and needs no
+    import: ``pyarrow.acero`` loads at its first use, 20-30 ms of a connector's first cycle, and
     ``numpy.unique`` loads ``numpy.ma`` (18-48 ms). Above that many partitions the masks lose (6.3 against
-    3.1 ms at 100,000 rows and 128 partitions), so Acero counts them (bench/README.md, "Start-up").
+    3.1 ms at 100,000 rows and 128 partitions), so Acero counts them (bench/README.md, "Start-up, phase by phase").
     """
     present = cast(list[int], pc.unique(partitions).to_pylist())
     if len(present) > MASKED_MAXIMA_LIMIT:
