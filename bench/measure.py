@@ -44,7 +44,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from bench.contenders import Contender, JobSpec
 from connectors.admin import end_offsets, partitions_of
-from connectors.fetched import make_fetcher
+from connectors.fetched import make_fetcher, ready_messages
 from connectors.source import FETCH_DEFAULTS
 
 log = logging.getLogger(__name__)
@@ -152,12 +152,9 @@ class OutputTailer(threading.Thread):
         """Records that became visible since the last call (waiting up to ``read_wait_s`` for the first)."""
         if self._fetcher is not None:
             return len(self._fetcher.fetch(self.read_wait_s).records)
-        # ``poll`` returns at the first record; ``consume(n, t)`` would wait for n records or all of t, and
-        # every arrival stamp was up to 50 ms late until 2026-12-04 (first outputs and latencies with it).
-        first = self._consumer.poll(self.read_wait_s)
-        if first is None:
-            return 0
-        messages = [first, *self._consumer.consume(num_messages=TAIL_BATCH - 1, timeout=0)]
+        # Returns at the first record: until 2026-12-04 a ``consume(TAIL_BATCH, 0.05)`` here waited for a full
+        # batch or the whole timeout, and every arrival stamp was up to 50 ms late.
+        messages = ready_messages(self._consumer, TAIL_BATCH, self.read_wait_s)
         arrived = time.time()
         taken = 0
         for message in messages:

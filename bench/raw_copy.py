@@ -24,6 +24,7 @@ from confluent_kafka import (
 )
 
 from connectors.admin import committed_offsets, watermark_offsets
+from connectors.fetched import ready_messages
 from connectors.source import FETCH_DEFAULTS
 from sinks import produce_waiting
 
@@ -83,10 +84,8 @@ def copy(args: argparse.Namespace) -> None:
     producer.begin_transaction()
     epoch_started = time.monotonic()
     while not stopping:
-        # ``consume(n, timeout)`` waits until n messages or the timeout: wait for the first with ``poll``
-        # and take what is already fetched, so a live input's records are copied as they come.
-        first = consumer.poll(0.1)
-        for message in [first, *consumer.consume(num_messages=9_999, timeout=0)] if first is not None else []:
+        # As they come: ``consume(10_000, 0.1)`` would wait for 10,000 records or the whole 0.1 s.
+        for message in ready_messages(consumer, 10_000, 0.1):
             if message.error() is not None:
                 raise CopyStopped(f"consuming {args.input} partition {message.partition()}: {message.error()}")
             produce_waiting(producer, args.output, message.value(), message.key(), partition=message.partition(),

@@ -44,6 +44,7 @@ from bench.contenders import Contender, Epochline, JobSpec, RawCopy
 from bench.measure import (
     ContenderFailed,
     LatencyPlan,
+    PacedProduce,
     measure_latency,
     read_committed_ids,
     run_to_completion,
@@ -82,14 +83,15 @@ PARTITIONS = 4
 PROJECT_PACKAGES = ("connectors", "engine", "schemas", "sinks", "bench")
 
 
-def byte_compile_project() -> None:
-    """Compile the project's modules to bytecode once, before any contender starts.
+def byte_compile_project(checkout: Path = REPO) -> None:
+    """Compile the project's modules (of this checkout, or another) to bytecode once, before any contender
+    starts.
 
     Why: an installed package has its ``.pyc`` files, so its processes start without compiling; a checkout
     run with ``PYTHONDONTWRITEBYTECODE`` (or read-only) would compile every module in every contender process
     and count that as start-up. Python reads existing ``.pyc`` files even when it may not write them."""
     for package in PROJECT_PACKAGES:
-        compileall.compile_dir(REPO / package, quiet=1)
+        compileall.compile_dir(checkout / package, quiet=1)
 
 
 @contextlib.contextmanager
@@ -252,13 +254,16 @@ class Bench:
         plan = LatencyPlan(records=self.args.latency_records, rate=self.args.latency_rate)
         live_input = self.topic(f"{contender.name}-{phase}-in")
         job = self.job(contender, phase, live_input, plan.records, bounded=False)
-
-        def produce(ids: range, rate: float, stamps: dict[int, int], until: Callable[[], bool] | None = None) -> None:
-            produce_paced(self.bootstrap, live_input, self.args.format, ids, rate, stamps, until)
-
-        latency = measure_latency(contender, job, self.id_reader(contender), plan, produce)
+        latency = measure_latency(contender, job, self.id_reader(contender), plan, self.paced_input(live_input))
         result.latency_p50_ms, result.latency_p99_ms = latency.p50_ms, latency.p99_ms
         result.latency_samples, result.first_output_s = latency.samples, latency.first_output_s
+
+    def paced_input(self, topic: str) -> PacedProduce:
+        """Writes rows of this run's format to ``topic`` at a given rate (``bench.workload.produce_paced``)."""
+        def produce(ids: range, rate: float, stamps: dict[int, int], until: Callable[[], bool] | None = None) -> None:
+            produce_paced(self.bootstrap, topic, self.args.format, ids, rate, stamps, until)
+
+        return produce
 
     def delete_topics(self) -> None:
         if self.topics:

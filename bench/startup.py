@@ -40,7 +40,7 @@ from bench.contenders import BY_NAME
 from bench.measure import ChildProcess, LatencyPlan, OutputTailer, log_records, time_first_output
 from bench.report import machine
 from bench.run import RESULTS_DIR, Bench, broker, byte_compile_project, versions
-from bench.workload import FORMATS, produce_paced
+from bench.workload import FORMATS
 
 PHASES: Mapping[str, str] = {
     "connector starting": "started",  # imports done, config loaded: the engine's first line
@@ -106,13 +106,18 @@ def time_one_start(bench: Bench, index: int, code: str, env: Mapping[str, str]) 
     log_path = job.workdir / "contender.log"
     child = ChildProcess(contender.command(job), log_path, job.workdir, env=env)
     try:
-        first_output_s = time_first_output(child, tailer, job, LatencyPlan(), lambda ids, rate, stamps, until=None:
-                                           produce_paced(bench.bootstrap, live_input, job.format, ids, rate,
-                                                         stamps, until))
+        first_output_s = time_first_output(child, tailer, job, LatencyPlan(), bench.paced_input(live_input))
     finally:
         child.stop(grace=30.0)
         tailer.halt()
     return Start(code, round(first_output_s, 3), round(imports_s, 3), phase_times(log_path, child.started_at))
+
+
+def alternating(codes: Mapping[str, Mapping[str, str]], starts: int) -> list[tuple[str, Mapping[str, str]]]:
+    """``starts`` starts of each code, in rounds whose order flips every round (A B, B A, ...), so a drift of
+    the machine's speed favours neither."""
+    rounds = [list(codes.items()) if index % 2 == 0 else list(reversed(codes.items())) for index in range(starts)]
+    return [entry for order in rounds for entry in order]
 
 
 def summary(starts: Sequence[Start]) -> dict[str, float]:
@@ -151,22 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     byte_compile_project()
     codes = {"this": code_environment(None)}
     if args.baseline is not None:
-        for package in ("connectors", "engine", "schemas", "sinks"):
-            subprocess.run([sys.executable, "-m", "compileall", "-q", str(args.baseline / package)], check=True,
-                           capture_output=True)
+        byte_compile_project(args.baseline)
         codes["baseline"] = code_environment(args.baseline.resolve())
     workdir = Path(tempfile.mkdtemp(prefix="epochline-startup-"))
     starts: dict[str, list[Start]] = {code: [] for code in codes}
     with broker(args.bootstrap) as (bootstrap, broker_pid):
         bench = Bench(args, bootstrap, workdir, broker_pid)
         try:
-            for index in range(args.starts):
-                order = list(codes.items()) if index % 2 == 0 else list(reversed(codes.items()))
-                for code, env in order:
-                    start = time_one_start(bench, len(starts["this"]) + len(starts.get("baseline", [])), code, env)
-                    starts[code].append(start)
-                    print(f"  {code}: first output {start.first_output_s:.3f} s, imports {start.imports_s:.3f} s, "
-                          + ", ".join(f"{column} {seconds:.3f}" for column, seconds in start.phases_s.items()))
+            for number, (code, env) in enumerate(alternating(codes, args.starts)):
+                start = time_one_start(bench, number, code, env)
+                starts[code].append(start)
+                print(f"  {code}: first output {start.first_output_s:.3f} s, imports {start.imports_s:.3f} s, "
+                      + ", ".join(f"{column} {seconds:.3f}" for column, seconds in start.phases_s.items()))
         finally:
             bench.delete_topics()
     print_summary(starts)

@@ -9,7 +9,16 @@ import orjson
 import pytest
 
 from bench.run import Bench
-from bench.startup import PHASES, Start, code_environment, parse_args, phase_times, summary, time_one_start
+from bench.startup import (
+    PHASES,
+    Start,
+    alternating,
+    code_environment,
+    parse_args,
+    phase_times,
+    summary,
+    time_one_start,
+)
 
 
 def test_each_phase_is_the_first_line_of_its_event_in_seconds_from_the_start(tmp_path: Path) -> None:
@@ -38,6 +47,13 @@ def test_a_baseline_checkout_goes_first_on_the_module_path_and_this_one_runs_as_
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     assert code_environment(tmp_path)["PYTHONPATH"] == f"{tmp_path}:/elsewhere"
     assert code_environment(None) == dict(os.environ)
+
+
+def test_starts_alternate_the_order_of_the_two_codes_every_round() -> None:
+    this, baseline = {"PYTHONPATH": ""}, {"PYTHONPATH": "/old"}
+    order = [code for code, _ in alternating({"this": this, "baseline": baseline}, 3)]
+    assert order == ["this", "baseline", "baseline", "this", "this", "baseline"]
+    assert [code for code, _ in alternating({"this": this}, 2)] == ["this", "this"]
 
 
 @pytest.mark.timeout(180)

@@ -196,6 +196,20 @@ class Fetcher(Protocol):
     def close(self) -> None: ...
 
 
+def ready_messages(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Up to ``max_messages`` messages, waiting up to ``timeout`` for the first one only.
+
+    ``consume(n, timeout)`` waits out its whole timeout unless n messages arrive (a reader of a live topic
+    would then see each record up to ``timeout`` late), so wait for one message with ``poll`` and add what
+    is already fetched with a non-blocking ``consume``."""
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    if max_messages == 1:
+        return [first]
+    return [first, *consumer.consume(max_messages - 1, 0)]
+
+
 class MessageFetcher:
     """confluent-kafka's ``poll`` and ``consume``: one ``Message`` per record."""
 
@@ -204,14 +218,8 @@ class MessageFetcher:
         self._max_records = max_records
 
     def fetch(self, timeout: float) -> Fetched:
-        """``consume(n, timeout)`` waits out its whole timeout unless n messages arrive, so wait for one
-        message with ``poll`` and add what is already fetched with a non-blocking ``consume``."""
-        first = self._consumer.poll(timeout)
-        if first is None:
-            return Fetched.nothing()
-        if self._max_records == 1:
-            return Fetched.of([first])
-        return Fetched.of([first, *self._consumer.consume(self._max_records - 1, 0)])
+        messages = ready_messages(self._consumer, self._max_records, timeout)
+        return Fetched.of(messages) if messages else Fetched.nothing()
 
     def attach(self, partitions: Sequence[int]) -> None:
         pass  # the consumer queue gets every partition's messages
