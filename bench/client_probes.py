@@ -1,16 +1,19 @@
 """librdkafka behaviours measured alone, without a pipeline: how fast a consumer that does nothing else
 reads under a given fetch config, and how long a transactional producer and a consumer take to start.
 
-    python bench/client_probes.py [--records 1000000] [--starts 10] [--bootstrap HOST:PORT]
+    python bench/client_probes.py [--records 1000000] [--starts 10] [--cluster-topics 0] [--bootstrap HOST:PORT]
 
 ``consume``: ``--records`` JSON records of the benchmark's input (bench/workload.py, 4 partitions) are read
 ``read_committed`` with the sources' consumer settings, once with each fetch config below; records/s is
 wall time from the first ``consume`` call to the last record (``--records 0`` skips it). ``producer start``:
-``--starts`` fresh transactional producers each run ``init_transactions``, at once or after a metadata
-request (what ``TransactionalKafkaSink.start`` does), with librdkafka's ``reconnect.backoff.ms`` and with
-epochline's (``engine.wiring.CLIENT_DEFAULTS``). ``consumer start``: as many fresh consumers each describe
-the input topic (what a source does first), with each backoff. Without ``--bootstrap`` a private broker is
-started and stopped.
+``--starts`` fresh transactional producers each run ``init_transactions`` after each of ``PRODUCER_STARTS``
+(at once; after metadata of every topic, as ``TransactionalKafkaSink.start`` did before; after metadata of
+its own topic once or twice, as it does now), with librdkafka's ``reconnect.backoff.ms`` and with
+epochline's (``engine.wiring.CLIENT_DEFAULTS``). ``--cluster-topics N`` first makes N more (empty,
+one-partition) topics, as a shared cluster has: a request for every topic's metadata grows with them.
+``consumer start``: as many fresh consumers each describe the input topic (what a source does first), with
+each backoff. Without ``--bootstrap`` a private broker is started and stopped; the topics made here are
+deleted at the end.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repo's packages (bench, connectors) importable
@@ -28,9 +31,9 @@ if __package__ in (None, ""):  # run as a script: make the repo's packages (benc
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from bench.run import broker
+from bench.run import broker, make_topics
 from bench.workload import generate_input
-from connectors.admin import create_topic
+from connectors.admin import create_topic, delete_topics
 from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND
 from engine.wiring import CLIENT_DEFAULTS
 
@@ -46,6 +49,15 @@ RECONNECT_BACKOFFS: dict[str, Mapping[str, str]] = {
     "librdkafka's reconnect.backoff.ms (100)": {},
     f"epochline's ({CLIENT_DEFAULTS['reconnect.backoff.ms']})": CLIENT_DEFAULTS,
 }
+
+PRODUCER_STARTS: dict[str, Callable[[Producer, str], object]] = {
+    "init_transactions at once": lambda producer, topic: None,
+    "every topic's metadata first": lambda producer, topic: producer.list_topics(timeout=5),
+    "its topic's metadata first": lambda producer, topic: producer.list_topics(topic, timeout=5),
+    "its topic's metadata twice first (TransactionalKafkaSink.start)": lambda producer, topic: [
+        producer.list_topics(topic, timeout=5) for _ in range(2)],
+}
+"""What a fresh transactional producer does before ``init_transactions``, given its output topic."""
 
 
 def consume_rate(bootstrap: str, topic: str, records: int, fetch: Mapping[str, str]) -> float:
@@ -66,17 +78,16 @@ def consume_rate(bootstrap: str, topic: str, records: int, fetch: Mapping[str, s
         consumer.close()
 
 
-def start_seconds(bootstrap: str, starts: int, metadata_first: bool, client: Mapping[str, str]) -> list[float]:
-    """Time to a transactional producer's first transaction, for ``starts`` fresh producers: what
-    ``TransactionalKafkaSink.start`` does (``metadata_first``) and what it did before (``init_transactions``
-    at once)."""
+def start_seconds(bootstrap: str, topic: str, starts: int, first: Callable[[Producer, str], object],
+                  client: Mapping[str, str]) -> list[float]:
+    """Time to a transactional producer's first transaction, for ``starts`` fresh producers that each do
+    ``first`` (one of ``PRODUCER_STARTS``) and then ``init_transactions``."""
     seconds = []
     for _ in range(starts):
         producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"probe-{uuid.uuid4().hex}",
                              **client})
         started = time.monotonic()
-        if metadata_first:
-            producer.list_topics(timeout=5)
+        first(producer, topic)
         producer.init_transactions(30)
         seconds.append(time.monotonic() - started)
     return seconds
@@ -99,26 +110,38 @@ def summary(seconds: list[float]) -> str:
             f"{sum(s > 0.3 for s in seconds)} of {len(seconds)} over 0.3 s")
 
 
+def probe(bootstrap: str, topic: str, args: argparse.Namespace) -> None:
+    """Every measurement above on ``topic`` (the input, 4 partitions), one printed line each."""
+    if args.records:
+        generate_input(bootstrap, topic, args.records, "json")
+        for name, fetch in FETCH_CONFIGS.items():
+            print(f"consume, {name}: {consume_rate(bootstrap, topic, args.records, fetch):,.0f} records/s")
+    for backoff, client in RECONNECT_BACKOFFS.items():
+        for way, first in PRODUCER_STARTS.items():
+            print(f"producer start, {way}, {backoff}: "
+                  f"{summary(start_seconds(bootstrap, topic, args.starts, first, client))}")
+        print(f"consumer start, describing the topic, {backoff}: "
+              f"{summary(describe_seconds(bootstrap, topic, args.starts, client))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--starts", type=int, default=10)
+    parser.add_argument("--cluster-topics", type=int, default=0, help="more topics made first (default 0)")
     parser.add_argument("--bootstrap", help="use this broker instead of starting a private one")
     args = parser.parse_args()
     with broker(args.bootstrap) as (bootstrap, _):
-        topic = f"probe-input-{uuid.uuid4().hex[:8]}"
-        create_topic(bootstrap, topic, PARTITIONS)
-        if args.records:
-            generate_input(bootstrap, topic, args.records, "json")
-            for name, fetch in FETCH_CONFIGS.items():
-                print(f"consume, {name}: {consume_rate(bootstrap, topic, args.records, fetch):,.0f} records/s")
-        for backoff, client in RECONNECT_BACKOFFS.items():
-            for metadata_first in (False, True):
-                way = "metadata first" if metadata_first else "init_transactions at once"
-                print(f"producer start, {way}, {backoff}: "
-                      f"{summary(start_seconds(bootstrap, args.starts, metadata_first, client))}")
-            print(f"consumer start, describing the topic, {backoff}: "
-                  f"{summary(describe_seconds(bootstrap, topic, args.starts, client))}")
+        prefix = f"probe-{uuid.uuid4().hex[:8]}"
+        topic = f"{prefix}-input"
+        made = [topic, *(f"{prefix}-more-{n}" for n in range(args.cluster_topics))]
+        try:
+            create_topic(bootstrap, topic, PARTITIONS)
+            make_topics(bootstrap, made[1:])
+            probe(bootstrap, topic, args)
+        finally:
+            delete_topics(bootstrap, made, timeout=120)
+
 
 if __name__ == "__main__":
     main()

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: make the repo's packages (benc
 
 import confluent_kafka
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import contenders as contender_catalogue
 from bench.contenders import Contender, Epochline, JobSpec, RawCopy
@@ -71,7 +71,7 @@ from bench.workload import (
     produce_paced,
     write_schema_files,
 )
-from connectors.admin import TopicAdminError, create_topic, partitions_of
+from connectors.admin import KafkaUnreachable, TopicAdminError, create_topic, delete_topics, partitions_of
 from engine.logs import configure_logging
 from engine.ports import free_port
 from engine.testing.local_broker import KAFKA_VERSION, BrokerState, LocalBroker
@@ -130,6 +130,13 @@ def private_broker() -> Iterator[BrokerState]:
     finally:
         local.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def make_topics(bootstrap: str, names: Sequence[str], partitions: int = 1) -> None:
+    """Topics made in one request (a thousand one by one take minutes); existing ones are an error."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held: a dropped client's requests are destroyed
+    for future in (admin.create_topics([NewTopic(name, partitions) for name in names]) if names else {}).values():
+        future.result(120)
 
 
 class Bench:
@@ -265,12 +272,20 @@ class Bench:
 
         return produce
 
+    def filler_topics(self, count: int) -> None:
+        """``count`` empty one-partition topics, deleted with the run's: the other topics of a shared cluster,
+        which a metadata request for every topic grows with."""
+        names = [f"{self.prefix}-filler-{number}" for number in range(count)]
+        make_topics(self.bootstrap, names)
+        self.topics.extend(names)
+
     def delete_topics(self) -> None:
-        if self.topics:
-            futures = AdminClient({"bootstrap.servers": self.bootstrap}).delete_topics(self.topics)
-            for future in futures.values():
-                with contextlib.suppress(Exception):
-                    future.result(30)
+        """Delete every topic this run made, so a broker given with ``--bootstrap`` keeps none of them; a
+        failure is reported, not raised (the results stand)."""
+        try:
+            delete_topics(self.bootstrap, self.topics, timeout=60)
+        except (TopicAdminError, KafkaUnreachable) as error:
+            print(f"warning: this run's topics are left on {self.bootstrap}: {error}", file=sys.stderr)
 
     def warm_up_meta(self) -> dict[str, object]:
         """How the broker was warmed up and how fast each warm-up copy ran (both benchmarks' results)."""

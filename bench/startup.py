@@ -1,6 +1,7 @@
 """Start-up to the first committed output, many times, with where the time went.
 
-    python bench/startup.py [--starts 10] [--format json] [--baseline DIR] [--bootstrap HOST:PORT]
+    python bench/startup.py [--starts 10] [--format json] [--baseline DIR] [--cluster-topics N]
+                            [--bootstrap HOST:PORT]
 
 Each start runs the benchmark's epochline job (``epochline-eos``: JSON or Avro in, the SQL filter and
 projection, exactly-once out, 1 s checkpoints) on fresh topics of its own while warm-up rows are written to
@@ -13,9 +14,10 @@ moment; this machine's speed has changed by 2x within an hour, so they are taken
 start.
 
 ``--baseline DIR`` alternates every start with one of another checkout of this repository (its packages
-put first on ``PYTHONPATH``): an old commit and the new one under the same drift. Without ``--bootstrap`` a
-private broker is started and stopped. Results: a table on stdout and
-``bench/results/<timestamp>-startup-<format>.json``.
+put first on ``PYTHONPATH``): an old commit and the new one under the same drift. ``--cluster-topics N``
+first makes N empty topics, as a shared cluster has (what a start asks of every topic grows with them).
+Without ``--bootstrap`` a private broker is started and stopped; topics made are deleted at the end.
+Results: a table on stdout and ``bench/results/<timestamp>-startup-<format>.json``.
 """
 
 from __future__ import annotations
@@ -120,16 +122,22 @@ def alternating(codes: Mapping[str, Mapping[str, str]], starts: int) -> list[tup
     return [entry for order in rounds for entry in order]
 
 
+AFTER_IMPORTS = "after imports"
+"""The column of each start's own first output less its ``started``: the engine's part, which the machine's
+speed of the moment (most of all the imports) moves much less than the absolute times."""
+
+
 def summary(starts: Sequence[Start]) -> dict[str, float]:
     """The median of each column over ``starts``."""
     columns = {"first output": [s.first_output_s for s in starts], "imports": [s.imports_s for s in starts]}
     for column in PHASES.values():
         columns[column] = [s.phases_s[column] for s in starts if column in s.phases_s]
+    columns[AFTER_IMPORTS] = [s.first_output_s - s.phases_s["started"] for s in starts if "started" in s.phases_s]
     return {column: round(statistics.median(values), 3) for column, values in columns.items() if values}
 
 
 def print_summary(by_code: Mapping[str, Sequence[Start]]) -> None:
-    columns = ["first output", "imports", *PHASES.values()]
+    columns = ["first output", "imports", *PHASES.values(), AFTER_IMPORTS]
     print("median seconds from the process start (imports: an idle `epochline run --help`)")
     print(f"{'code':<10}{'starts':>7}" + "".join(f"{column:>15}" for column in columns))
     for code, starts in by_code.items():
@@ -143,6 +151,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--starts", type=int, default=10, help="starts of each checkout (default 10)")
     parser.add_argument("--format", choices=FORMATS, default="json")
     parser.add_argument("--baseline", type=Path, help="another checkout whose starts alternate with this one's")
+    parser.add_argument("--cluster-topics", type=int, default=0, help="empty topics made first (default 0)")
     parser.add_argument("--bootstrap", help="use this broker instead of starting a private one")
     parser.add_argument("--keep-logs", action="store_true", help="keep the starts' logs and configs")
     args = parser.parse_args(argv)
@@ -163,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     with broker(args.bootstrap) as (bootstrap, broker_pid):
         bench = Bench(args, bootstrap, workdir, broker_pid)
         try:
+            bench.filler_topics(args.cluster_topics)
             for number, (code, env) in enumerate(alternating(codes, args.starts)):
                 start = time_one_start(bench, number, code, env)
                 starts[code].append(start)
@@ -174,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     output = RESULTS_DIR / f"{bench.stamp}-startup-{args.format}.json"
     output.write_text(json.dumps({
         "meta": {"timestamp": bench.stamp, "command": " ".join(sys.argv), "format": args.format,
-                 "contender": CONTENDER, "machine": machine(), "versions": versions()},
+                 "contender": CONTENDER, "cluster_topics": args.cluster_topics, "machine": machine(),
+                 "versions": versions()},
         "medians": {code: summary(runs) for code, runs in starts.items()},
         "starts": [asdict(start) for runs in starts.values() for start in runs],
     }, indent=2) + "\n")

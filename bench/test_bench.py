@@ -50,7 +50,7 @@ from bench.workload import (
     produce_paced,
     write_schema_files,
 )
-from connectors.admin import create_topic
+from connectors.admin import create_topic, matching_topics
 from engine.testing.local_broker import KAFKA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
@@ -322,6 +322,32 @@ def test_the_warm_up_copies_the_input_as_often_as_asked_and_keeps_each_copys_rat
     assert all(len(read_committed_ids(kafka_bootstrap, topic, bench.id_reader(RawCopy()))) == 1_000
                for topic in copies)
     bench.delete_topics()
+
+
+@pytest.mark.timeout(120)
+def test_the_bench_deletes_the_topics_it_made_fillers_included(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A broker given with --bootstrap keeps no topic of a run (once, a dropped admin client's deletions
+    were destroyed unsent and every run's topics stayed)."""
+    bench = Bench(parse_args([]), kafka_bootstrap, tmp_path)
+    bench.topic("kept")
+    bench.filler_topics(3)
+
+    def listed() -> set[str]:
+        return set(bench.topics) & set(matching_topics(kafka_bootstrap, bench.prefix))
+
+    assert until(lambda: len(listed()) == 4), listed()
+    bench.delete_topics()
+    assert until(lambda: not listed()), listed()
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    """Whether ``condition`` holds within ``timeout_s`` (topic metadata follows creation and deletion)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 @pytest.mark.timeout(180)

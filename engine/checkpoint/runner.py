@@ -33,7 +33,7 @@ from engine.instance import InstanceNameError, resolve_instance
 from engine.logs import set_context
 from engine.metrics import Metrics
 from engine.state import StateDirLocked
-from engine.wiring import SOURCE_NAME, CrashPoint, client_config
+from engine.wiring import SOURCE_NAME, CrashPoint, client_config, open_early
 from sinks import CallInterrupted, ProducerFenced, SinkError, SinkNotAuthorized
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     set_context(connector=config.name, instance=instance.name)
     log.info("connector starting", extra={"source": config.source.topic, "sink": config.sink.topic,
                                           "delivery": config.sink.delivery, "bootstrap": options.bootstrap})
+    open_early(config)
     client = client_config(config)
     if not _kafka_answers(config, options, client, stop):
         return

@@ -158,17 +158,11 @@ def _fresh_ports(count: int, first_port: int | None) -> list[NodePorts]:
     taken: set[int] = set()
     pairs = []
     for index in range(count):
-        port = first_port + index if first_port is not None else _distinct_free_port(taken)
+        port = first_port + index if first_port is not None else free_port(besides=taken)
         taken.add(port)
-        pairs.append(NodePorts(port=port, controller_port=_distinct_free_port(taken)))
+        pairs.append(NodePorts(port=port, controller_port=free_port(besides=taken)))
         taken.add(pairs[-1].controller_port)
     return pairs
-
-
-def _distinct_free_port(taken: set[int]) -> int:
-    while (port := free_port()) in taken:
-        pass
-    return port
 
 
 class LocalCluster:

@@ -114,7 +114,8 @@ class KafkaContainer:
 
         import docker
 
-        port, controller_port = free_port(), free_port()
+        port = free_port()
+        controller_port = free_port(besides={port})
         container = (
             DockerContainer(self.image)
             .with_envs(**broker_environment(port, controller_port))

@@ -362,7 +362,7 @@ class LocalBroker:
                 f"port {port} on 127.0.0.1 is in use; stop what listens there or pass --port with a free port"
             )
         classpath = kafka_classpath()
-        controller_port = self._previous_controller_port() or free_port()
+        controller_port = self._previous_controller_port() or free_port(besides={port})
         scram = resolve_scram(self.data_dir, auth, self.is_formatted)
         settings = server_settings(self.data_dir, port, controller_port)
         if scram is not None:

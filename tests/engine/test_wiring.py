@@ -8,6 +8,7 @@ import yaml
 
 from engine.config import load_config
 from engine.wiring import client_config, sink_settings, source_settings
+from tests.engine.transforms.test_database import WATCH_CONNECT, run_python
 
 
 def connector(tmp_path: Path, client: dict[str, str]) -> Path:
@@ -28,3 +29,25 @@ def test_every_client_reconnects_after_20_ms_at_first_unless_kafka_client_says_o
 
     chosen = load_config(connector(tmp_path, {"reconnect.backoff.ms": "100"}))
     assert client_config(chosen)["reconnect.backoff.ms"] == "100"
+
+
+def test_a_config_with_a_sql_step_starts_opening_duckdb_before_any_step_is_made(tmp_path: Path) -> None:
+    """``open_early`` (the runner's first call) overlaps the database's opening with the connection check and
+    the fence; a config without SQL opens none."""
+    with_sql = connector(tmp_path, {})
+    config = yaml.safe_load(with_sql.read_text())
+    without_sql = tmp_path / "no-sql.yaml"
+    without_sql.write_text(yaml.safe_dump(config))
+    with_sql.write_text(yaml.safe_dump({**config, "transform": [{"sql": "SELECT * FROM input"}]}))
+    watch = WATCH_CONNECT + """
+import sys
+from engine.config import load_config
+from engine.wiring import open_early
+open_early(load_config(sys.argv[1]))
+deadline = time.monotonic() + 2
+while not opened_on and time.monotonic() < deadline:
+    time.sleep(0.005)
+print(opened_on)
+"""
+    assert run_python(watch, str(with_sql)) == "['duckdb-open']"
+    assert run_python(watch, str(without_sql)) == "[]"

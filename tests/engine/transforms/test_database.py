@@ -20,8 +20,9 @@ duckdb.connect = connect
 """
 
 
-def run_python(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+def run_python(code: str, *args: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter with ``args`` as its ``sys.argv[1:]``."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
