@@ -31,9 +31,9 @@ if __package__ in (None, ""):  # run as a script: make the repo's packages (benc
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from bench.run import broker, make_topics
+from bench.run import broker, delete_or_warn
 from bench.workload import generate_input
-from connectors.admin import create_topic, delete_topics
+from connectors.admin import create_topic, create_topics
 from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND
 from engine.wiring import CLIENT_DEFAULTS
 
@@ -137,10 +137,10 @@ def main() -> None:
         made = [topic, *(f"{prefix}-more-{n}" for n in range(args.cluster_topics))]
         try:
             create_topic(bootstrap, topic, PARTITIONS)
-            make_topics(bootstrap, made[1:])
+            create_topics(bootstrap, made[1:], timeout=120)
             probe(bootstrap, topic, args)
         finally:
-            delete_topics(bootstrap, made, timeout=120)
+            delete_or_warn(bootstrap, made)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +37,6 @@ if __package__ in (None, ""):  # run as a script: make the repo's packages (benc
 
 import confluent_kafka
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import contenders as contender_catalogue
 from bench.contenders import Contender, Epochline, JobSpec, RawCopy
@@ -71,7 +70,14 @@ from bench.workload import (
     produce_paced,
     write_schema_files,
 )
-from connectors.admin import KafkaUnreachable, TopicAdminError, create_topic, delete_topics, partitions_of
+from connectors.admin import (
+    KafkaUnreachable,
+    TopicAdminError,
+    create_topic,
+    create_topics,
+    delete_topics,
+    partitions_of,
+)
 from engine.logs import configure_logging
 from engine.ports import free_port
 from engine.testing.local_broker import KAFKA_VERSION, BrokerState, LocalBroker
@@ -132,11 +138,13 @@ def private_broker() -> Iterator[BrokerState]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def make_topics(bootstrap: str, names: Sequence[str], partitions: int = 1) -> None:
-    """Topics made in one request (a thousand one by one take minutes); existing ones are an error."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # held: a dropped client's requests are destroyed
-    for future in (admin.create_topics([NewTopic(name, partitions) for name in names]) if names else {}).values():
-        future.result(120)
+def delete_or_warn(bootstrap: str, topics: list[str]) -> None:
+    """Delete ``topics`` (made by a benchmark); a failure is reported on stderr, not raised: the results
+    stand, and a cleanup error must not hide the error that ended the run."""
+    try:
+        delete_topics(bootstrap, topics, timeout=60)
+    except (TopicAdminError, KafkaUnreachable) as error:
+        print(f"warning: topics of this run are left on {bootstrap}: {error}", file=sys.stderr)
 
 
 class Bench:
@@ -276,16 +284,12 @@ class Bench:
         """``count`` empty one-partition topics, deleted with the run's: the other topics of a shared cluster,
         which a metadata request for every topic grows with."""
         names = [f"{self.prefix}-filler-{number}" for number in range(count)]
-        make_topics(self.bootstrap, names)
-        self.topics.extend(names)
+        self.topics.extend(names)  # first: those made before a failure are deleted too
+        create_topics(self.bootstrap, names, timeout=120)
 
     def delete_topics(self) -> None:
-        """Delete every topic this run made, so a broker given with ``--bootstrap`` keeps none of them; a
-        failure is reported, not raised (the results stand)."""
-        try:
-            delete_topics(self.bootstrap, self.topics, timeout=60)
-        except (TopicAdminError, KafkaUnreachable) as error:
-            print(f"warning: this run's topics are left on {self.bootstrap}: {error}", file=sys.stderr)
+        """Delete every topic this run made, so a broker given with ``--bootstrap`` keeps none of them."""
+        delete_or_warn(self.bootstrap, self.topics)
 
     def warm_up_meta(self) -> dict[str, object]:
         """How the broker was warmed up and how fast each warm-up copy ran (both benchmarks' results)."""

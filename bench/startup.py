@@ -122,7 +122,7 @@ def alternating(codes: Mapping[str, Mapping[str, str]], starts: int) -> list[tup
     return [entry for order in rounds for entry in order]
 
 
-AFTER_IMPORTS = "after imports"
+FROM_STARTED = "from started"
 """The column of each start's own first output less its ``started``: the engine's part, which the machine's
 speed of the moment (most of all the imports) moves much less than the absolute times."""
 
@@ -132,13 +132,14 @@ def summary(starts: Sequence[Start]) -> dict[str, float]:
     columns = {"first output": [s.first_output_s for s in starts], "imports": [s.imports_s for s in starts]}
     for column in PHASES.values():
         columns[column] = [s.phases_s[column] for s in starts if column in s.phases_s]
-    columns[AFTER_IMPORTS] = [s.first_output_s - s.phases_s["started"] for s in starts if "started" in s.phases_s]
+    columns[FROM_STARTED] = [s.first_output_s - s.phases_s["started"] for s in starts if "started" in s.phases_s]
     return {column: round(statistics.median(values), 3) for column, values in columns.items() if values}
 
 
 def print_summary(by_code: Mapping[str, Sequence[Start]]) -> None:
-    columns = ["first output", "imports", *PHASES.values(), AFTER_IMPORTS]
-    print("median seconds from the process start (imports: an idle `epochline run --help`)")
+    columns = ["first output", "imports", *PHASES.values(), FROM_STARTED]
+    print("median seconds from the process start (imports: an idle `epochline run --help`; from started: from "
+          "the start's own first log line)")
     print(f"{'code':<10}{'starts':>7}" + "".join(f"{column:>15}" for column in columns))
     for code, starts in by_code.items():
         medians = summary(starts)

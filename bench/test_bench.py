@@ -52,6 +52,7 @@ from bench.workload import (
 )
 from connectors.admin import create_topic, matching_topics
 from engine.testing.local_broker import KAFKA_VERSION
+from tests.helpers.worker_process import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -331,23 +332,15 @@ def test_the_bench_deletes_the_topics_it_made_fillers_included(kafka_bootstrap: 
     bench = Bench(parse_args([]), kafka_bootstrap, tmp_path)
     bench.topic("kept")
     bench.filler_topics(3)
+    made = set(bench.topics)
 
     def listed() -> set[str]:
-        return set(bench.topics) & set(matching_topics(kafka_bootstrap, bench.prefix))
+        return made & set(matching_topics(kafka_bootstrap, bench.prefix))
 
-    assert until(lambda: len(listed()) == 4), listed()
+    assert len(made) == 4
+    wait_for("the run's four topics", lambda: listed() == made, timeout_s=30, every_s=0.2)
     bench.delete_topics()
-    assert until(lambda: not listed()), listed()
-
-
-def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    """Whether ``condition`` holds within ``timeout_s`` (topic metadata follows creation and deletion)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    wait_for("the run's topics deleted", lambda: not listed(), timeout_s=30, every_s=0.2)
 
 
 @pytest.mark.timeout(180)

@@ -155,7 +155,7 @@ def coordinator_partition(key: str, partitions: int) -> int:
 
 def _fresh_ports(count: int, first_port: int | None) -> list[NodePorts]:
     """``count`` distinct pairs of free ports; client ports ``first_port, first_port+1, ...`` when given."""
-    taken: set[int] = set()
+    taken = set(range(first_port, first_port + count)) if first_port is not None else set()
     pairs = []
     for index in range(count):
         port = first_port + index if first_port is not None else free_port(besides=taken)

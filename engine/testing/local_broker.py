@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -362,7 +362,7 @@ class LocalBroker:
                 f"port {port} on 127.0.0.1 is in use; stop what listens there or pass --port with a free port"
             )
         classpath = kafka_classpath()
-        controller_port = self._previous_controller_port() or free_port(besides={port})
+        controller_port = self._previous_controller_port(besides={port}) or free_port(besides={port})
         scram = resolve_scram(self.data_dir, auth, self.is_formatted)
         settings = server_settings(self.data_dir, port, controller_port)
         if scram is not None:
@@ -401,8 +401,9 @@ class LocalBroker:
         self._state_file.write_bytes(orjson.dumps(state.__dict__))
         return process
 
-    def _previous_controller_port(self) -> int | None:
-        """A restarted broker keeps its controller port, so its KRaft quorum config stays the same."""
+    def _previous_controller_port(self, besides: Collection[int]) -> int | None:
+        """A restarted broker keeps its controller port, so its KRaft quorum config stays the same, unless
+        that port is taken now or is one of ``besides`` (the client port asked for this time)."""
         try:
             recorded = self.config_file.read_text()
         except FileNotFoundError:
@@ -410,7 +411,7 @@ class LocalBroker:
         for line in recorded.splitlines():
             if line.startswith("controller.quorum.voters="):
                 port = int(line.rsplit(":", 1)[1])
-                return port if port_is_free(port) else None
+                return port if port not in besides and port_is_free(port) else None
         return None
 
     def format_storage(self, java: str, classpath: str, cluster_id: str, extra_args: Sequence[str] = ()) -> None:

@@ -3,34 +3,12 @@
 from __future__ import annotations
 
 import socket
-import types
-from collections.abc import Iterator
 
 import pytest
 
 from engine import ports
 from engine.ports import free_port
-
-
-def kernel_offering(offers: Iterator[int]) -> types.SimpleNamespace:
-    """A stand-in for the ``socket`` module whose port-0 binds get ``offers`` in turn."""
-
-    class Probe:
-        def __enter__(self) -> Probe:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-        def bind(self, address: tuple[str, int]) -> None:
-            assert address == ("127.0.0.1", 0)
-            self.port = next(offers)
-
-        def getsockname(self) -> tuple[str, int]:
-            return ("127.0.0.1", self.port)
-
-    return types.SimpleNamespace(AF_INET=socket.AF_INET, SOCK_STREAM=socket.SOCK_STREAM,
-                                 socket=lambda family, kind: Probe())
+from tests.helpers.processes import kernel_offering
 
 
 def test_a_port_handed_out_a_moment_ago_is_not_handed_out_again_for_the_same_start(

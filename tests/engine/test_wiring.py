@@ -8,7 +8,7 @@ import yaml
 
 from engine.config import load_config
 from engine.wiring import client_config, sink_settings, source_settings
-from tests.engine.transforms.test_database import WATCH_CONNECT, run_python
+from tests.helpers.processes import WATCH_CONNECT, run_python
 
 
 def connector(tmp_path: Path, client: dict[str, str]) -> Path:
@@ -44,10 +44,10 @@ import sys
 from engine.config import load_config
 from engine.wiring import open_early
 open_early(load_config(sys.argv[1]))
-deadline = time.monotonic() + 2
+deadline = time.monotonic() + float(sys.argv[2])
 while not opened_on and time.monotonic() < deadline:
     time.sleep(0.005)
 print(opened_on)
 """
-    assert run_python(watch, str(with_sql)) == "['duckdb-open']"
-    assert run_python(watch, str(without_sql)) == "[]"
+    assert run_python(watch, str(with_sql), "10") == "['duckdb-open']"
+    assert run_python(watch, str(without_sql), "0.5") == "[]"

@@ -89,6 +89,18 @@ def test_start_on_a_taken_port_names_the_port(tmp_path: Path, kafka_bootstrap: s
         LocalBroker(tmp_path / "broker").start(port=taken)
 
 
+def test_a_restart_asked_for_its_old_controller_port_as_client_port_takes_another_controller_port(
+        tmp_path: Path) -> None:
+    """A restarted broker keeps its controller port unless the client port asked for is that port: two
+    listeners on one port and Kafka refuses to start."""
+    broker = LocalBroker(tmp_path)
+    old_controller = free_port()
+    broker.config_file.write_text(f"controller.quorum.voters=1@127.0.0.1:{old_controller}\n")
+
+    assert broker._previous_controller_port(besides={old_controller + 1}) == old_controller
+    assert broker._previous_controller_port(besides={old_controller}) is None
+
+
 def test_stop_without_a_broker_reports_nothing_running(tmp_path: Path) -> None:
     assert LocalBroker(tmp_path / "none").stop() is False
     assert os.path.exists(tmp_path)

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from engine import ports
 from engine.cli import main
 from engine.testing.cluster import (
     ClusterLayout,
@@ -30,6 +31,7 @@ from engine.testing.cluster import (
     java_string_hash,
 )
 from engine.testing.local_broker import LayoutMismatch, PortInUse, server_settings
+from tests.helpers.processes import kernel_offering
 
 COMMIT_TIMEOUT = 60.0
 
@@ -237,6 +239,15 @@ def test_a_cluster_given_a_port_numbers_its_nodes_from_it() -> None:
 
     assert [pair.port for pair in pairs] == [29092, 29093, 29094]
     assert len({pair.controller_port for pair in pairs} | {29092, 29093, 29094}) == 6
+
+
+def test_no_controller_gets_the_client_port_of_a_later_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free now is not enough: 29093 is free until node 2 binds it."""
+    monkeypatch.setattr(ports, "socket", kernel_offering(iter([29093, 40001, 29094, 40002, 40003])))
+
+    pairs = _fresh_ports(3, 29092)
+
+    assert [(pair.port, pair.controller_port) for pair in pairs] == [(29092, 40001), (29093, 40002), (29094, 40003)]
 
 
 def test_a_single_broker_keeps_its_replication_of_one(tmp_path: Path) -> None:

@@ -4,28 +4,7 @@ Each check runs in a fresh interpreter, since the database belongs to the proces
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-WATCH_CONNECT = """
-import threading, time
-import duckdb
-opened_on = []
-real_connect = duckdb.connect
-def connect(*args, **kwargs):
-    opened_on.append(threading.current_thread().name)
-    return real_connect(*args, **kwargs)
-duckdb.connect = connect
-"""
-
-
-def run_python(code: str, *args: str) -> str:
-    """What ``code`` prints, run in a fresh interpreter with ``args`` as its ``sys.argv[1:]``."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from tests.helpers.processes import WATCH_CONNECT, run_python
 
 
 def test_making_a_sql_step_opens_the_database_on_another_thread_before_its_first_use() -> None:
