@@ -72,5 +72,9 @@ def test_a_live_start_times_its_first_output_after_every_phase_it_logged(kafka_b
     finally:
         bench.delete_topics()
     assert set(start.phases_s) == set(PHASES.values())
-    assert 0 < start.phases_s["fenced"] < start.phases_s["first commit"] < start.first_output_s < 60
+    steps = [start.phases_s[column] for column in PHASES.values()]
+    assert steps[0] > 0 and steps == sorted(steps)  # the connector logs them in this order (same ms possible)
+    # Visible only once its epoch's barrier is past; it may show before the connector logs its commit (the
+    # line is written after commit_transaction returns, and a reader can see the records just before that).
+    assert start.phases_s["first barrier"] < start.first_output_s < 60
     assert 0 < start.imports_s < 60
