@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
 from schemas.arrow_ipc import ArrowIpcFormat
-from schemas.avro_arrow import avro_to_arrow_schema, parse_avro_schema
-from schemas.avro_format import AvroCodec, AvroFormat
 from schemas.base import Format, SchemaError
-from schemas.confluent import ConfluentAvroFormat, DirectorySchemaSource, RegistrySchemaSource, SchemaSource
 from schemas.json_format import JsonFormat
 from schemas.json_schema import json_schema_to_arrow, load_json_document
 from schemas.raw import RawFormat
-from schemas.registry import SubjectRegistration
+
+if TYPE_CHECKING:
+    from schemas.confluent import SchemaSource
 
 FormatName = Literal["json", "avro", "avro-confluent", "protobuf-confluent", "json-confluent", "raw", "arrow-ipc"]
 SubjectStrategy = Literal["topic", "record", "topic-record"]
@@ -52,7 +51,10 @@ class FormatSpec:
 
 
 def make_format(spec: FormatSpec) -> Format:
-    """The format ``spec`` describes; a bad configuration raises ``SchemaError`` naming the file or field."""
+    """The format ``spec`` describes; a bad configuration raises ``SchemaError`` naming the file or field.
+
+    The Avro, Confluent and Protobuf modules are imported when a spec names their format: fastavro and the
+    Avro modules cost a start that reads and writes JSON about 50 ms (``python -X importtime``)."""
     if spec.format == "raw":
         return RawFormat()
     if spec.format == "arrow-ipc":
@@ -61,14 +63,8 @@ def make_format(spec: FormatSpec) -> Format:
         if spec.schema is None:
             return JsonFormat(None)
         return JsonFormat(_json_format_schema(Path(spec.schema)), source=str(spec.schema))
-    if spec.format == "avro":
-        if spec.schema is None:
-            raise SchemaError("avro format needs a schema: the .avsc file the records were written with")
-        return AvroFormat(AvroCodec.from_file(Path(spec.schema)))
-    if spec.format == "avro-confluent":
-        reader = AvroCodec.from_file(Path(spec.schema)) if spec.schema is not None else None
-        return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id,
-                                   registration=SubjectRegistration.from_spec(spec))
+    if spec.format in ("avro", "avro-confluent"):
+        return _avro_format(spec)
     if spec.format == "protobuf-confluent":
         try:
             from schemas.protobuf_format import make_protobuf_format
@@ -84,16 +80,35 @@ def make_format(spec: FormatSpec) -> Format:
                       "json-confluent, raw or arrow-ipc")
 
 
+def _avro_format(spec: FormatSpec) -> Format:
+    from schemas.avro_format import AvroCodec, AvroFormat
+
+    if spec.format == "avro":
+        if spec.schema is None:
+            raise SchemaError("avro format needs a schema: the .avsc file the records were written with")
+        return AvroFormat(AvroCodec.from_file(Path(spec.schema)))
+    from schemas.confluent import ConfluentAvroFormat
+    from schemas.registry import SubjectRegistration
+
+    reader = AvroCodec.from_file(Path(spec.schema)) if spec.schema is not None else None
+    return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id,
+                               registration=SubjectRegistration.from_spec(spec))
+
+
 def _json_format_schema(path: Path) -> pa.Schema:
     """A JSON Schema document, or an Avro record schema (``.avsc``, or JSON whose type is "record")."""
     document = load_json_document(path, "schema")
     is_avro = path.suffix == ".avsc" or (isinstance(document, dict) and document.get("type") == "record")
     if is_avro:
+        from schemas.avro_arrow import avro_to_arrow_schema, parse_avro_schema
+
         return avro_to_arrow_schema(parse_avro_schema(document, where=str(path)), where=str(path))
     return json_schema_to_arrow(document, where=str(path))
 
 
 def _schema_source(spec: FormatSpec) -> SchemaSource:
+    from schemas.confluent import DirectorySchemaSource, RegistrySchemaSource
+
     if (spec.registry_url is None) == (spec.schema_dir is None):
         raise SchemaError("avro-confluent needs exactly one of registry_url and schema_dir to resolve schema ids")
     if spec.registry_url is not None:

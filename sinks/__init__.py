@@ -20,6 +20,7 @@ from sinks.errors import (
     SinkError,
     SinkFatal,
     SinkNotAuthorized,
+    SinkTopicMissing,
 )
 from sinks.produce import produce_all, produce_waiting
 from sinks.transactional import TransactionalKafkaSink
@@ -51,6 +52,7 @@ __all__ = [
     "SinkFatal",
     "SinkNotAuthorized",
     "SinkSettings",
+    "SinkTopicMissing",
     "TransactionalKafkaSink",
     "encode_rows",
     "produce_all",

@@ -23,7 +23,7 @@ class AtLeastOnceKafkaSink(KafkaWriter):
         super().__init__(settings, bootstrap, value_format, {"enable.idempotence": True})
 
     def start(self) -> None:
-        return None
+        self.check_topics()
 
     def begin_epoch(self) -> None:
         return None

@@ -43,6 +43,11 @@ class SinkNotAuthorized(SinkFatal):
     """The principal lacks a permission the sink needs: permanent until an operator grants it."""
 
 
+class SinkTopicMissing(SinkFatal):
+    """A topic the sink writes (output or dead letters) does not exist, and the broker does not create topics
+    on demand: permanent until an operator creates it."""
+
+
 class CallInterrupted(SinkError):
     """A stop was requested while a call was being retried: nothing was committed by it."""
 

@@ -77,20 +77,16 @@ class TransactionalKafkaSink(KafkaWriter):
 
     def start(self) -> None:
         """Fence every earlier instance and abort whatever it left open (``init_transactions``)."""
-        # Metadata requests first: they return once a broker connection is up. librdkafka asks for the
-        # producer id only over an open connection and, finding none, asks again 500 ms later; a producer
-        # just made has none yet, so about half of all starts waited those 500 ms (bench/README.md,
-        # "Start-up: the producer's first connection"). The first answer may come over the bootstrap
-        # connection, which librdkafka closes once it has learned the brokers' ids; after a second request
-        # no start measured waited (0 of 100, against 13 of 40 with one; on one broker: a coordinator on
-        # another broker still needs its own connection). Only the sink's topic is asked for: a request for
-        # every topic grows with the cluster (to init_transactions, 104 against 18 ms with 5,000 topics;
-        # bench/README.md, "Start-up on a cluster with many topics"). On a broker that creates topics on
-        # demand (auto.create.topics.enable), a missing sink topic is created here, as the first record
-        # produced to it would create it.
-        for _ in range(2):
-            with_retries(lambda: self.producer.list_topics(self.settings.topic, timeout=5),
-                         "connecting the transactional producer", interrupted=self.interrupted)
+        # Metadata requests first (``check_topics``, two of them): they return once a broker connection is
+        # up. librdkafka asks for the producer id only over an open connection and, finding none, asks again
+        # 500 ms later; a producer just made has none yet, so about half of all starts waited those 500 ms
+        # (bench/README.md, "Start-up: the producer's first connection"). The first answer may come over the
+        # bootstrap connection, which librdkafka closes once it has learned the brokers' ids; after a second
+        # request no start measured waited (0 of 100, against 13 of 40 with one; on one broker: a coordinator
+        # on another broker still needs its own connection). Only the sink's own topics are asked for: a
+        # request for every topic grows with the cluster (to init_transactions, 104 against 18 ms with 5,000
+        # topics; bench/README.md, "Start-up on a cluster with many topics").
+        self.check_topics()
         # Short calls, retried: librdkafka resumes init_transactions after a timeout, and a stop signal is
         # honoured between two calls instead of after one long one.
         with_retries(lambda: self.producer.init_transactions(5),

@@ -17,10 +17,23 @@ from connectors.dead_letter import DeadLetter
 from connectors.metadata import is_metadata_column
 from schemas import Format
 from schemas.base import encode_column
-from sinks.errors import NOT_AUTHORIZED_CODES, EpochAborted, SinkError, classify, not_authorized
+from sinks.calls import with_retries
+from sinks.errors import (
+    NOT_AUTHORIZED_CODES,
+    CallInterrupted,
+    EpochAborted,
+    SinkError,
+    SinkTopicMissing,
+    classify,
+    not_authorized,
+)
 from sinks.produce import Headers, produce_all, produce_waiting
 
 FLUSH_SLICE_S = 0.5
+TOPIC_PROPAGATION_S = 3.0
+"""How long a topic the broker says it does not know is asked for again before the sink calls it missing: a
+topic made a moment before the start may not have reached the broker that answers yet."""
+TOPIC_RECHECK_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -162,6 +175,7 @@ class KafkaWriter:
 
     def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format, extra: dict[str, object]):
         self.settings = settings
+        self.bootstrap = bootstrap
         self._format = value_format
         self._failed: list[tuple[bool, str]] = []
         """Each failed delivery of the epoch: whether the record was purged (a consequence), and the reason."""
@@ -182,6 +196,39 @@ class KafkaWriter:
             **settings.producer_config,
         }
         self.producer = Producer(config)
+
+    def check_topics(self) -> None:
+        """Ask the broker about each topic this sink writes: the output topic, then the dead-letter topic (or
+        the output topic again). A missing one fails the start (``SinkTopicMissing``) and a refused one too
+        (``SinkNotAuthorized``), each naming the topic, instead of every epoch failing on its delivery
+        timeout and the connector restarting in vain. Two requests, whatever the config: they are also what
+        a transactional start waits on before it asks for its producer id (``TransactionalKafkaSink.start``).
+        On a broker that creates topics on demand (``auto.create.topics.enable``), the request creates a
+        missing topic, as the first record produced to it would."""
+        self._check_topic(self.settings.topic, "sink")
+        self._check_topic(self.settings.dead_letter_topic or self.settings.topic,
+                          "dead letters" if self.settings.dead_letter_topic else "sink")
+
+    def _check_topic(self, topic: str, role: str) -> None:
+        where = f"{role}: topic {topic!r} on {self.bootstrap}"
+        deadline = time.monotonic() + TOPIC_PROPAGATION_S
+        while True:
+            metadata = with_retries(lambda: self.producer.list_topics(topic, timeout=5), f"describing {where}",
+                                    interrupted=self.interrupted)
+            described = metadata.topics.get(topic)
+            error = described.error if described is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+            if error is None:
+                return
+            if error.code() in NOT_AUTHORIZED_CODES:
+                raise not_authorized(f"producing to topic {topic!r}", error)
+            if error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return  # e.g. a leader being elected, or a topic being created on demand: records wait for it
+            if self.interrupted():
+                raise CallInterrupted(f"describing {where}: stop requested while waiting for the topic")
+            if time.monotonic() >= deadline:
+                raise SinkTopicMissing(f"{where}: the topic does not exist; create it (or let the broker create "
+                                       "topics on demand) and start again")
+            time.sleep(TOPIC_RECHECK_S)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:

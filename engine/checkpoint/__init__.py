@@ -36,8 +36,9 @@ callbacks): on assignment a partition's committed offset and metadata are read, 
 from the changelog, before any of its records is processed (``assigned``); on revocation the whole epoch
 commits while the partitions are still owned (``revoked``); on loss it is abandoned (``lost``).
 
-**Start-up** (``KafkaPipeline.recover``): ``init_transactions`` with the instance's stable transactional.id
-fences its previous incarnation and aborts its open transaction; the instance's state directory lock is
+**Start-up** (``KafkaPipeline.recover``): the sink's topics exist (``KafkaWriter.check_topics``; a missing
+one is permanent), then ``init_transactions`` with the instance's stable transactional.id fences its
+previous incarnation and aborts its open transaction; the instance's state directory lock is
 taken; the internal topics exist (changelogs, repartition); the sources subscribe. Unreadable offset
 metadata is a ``RecoveryError`` (``_epoch_named_by``).
 """

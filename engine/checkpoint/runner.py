@@ -34,7 +34,7 @@ from engine.logs import set_context
 from engine.metrics import Metrics
 from engine.state import StateDirLocked
 from engine.wiring import SOURCE_NAME, CrashPoint, client_config, open_early
-from sinks import CallInterrupted, ProducerFenced, SinkError, SinkNotAuthorized
+from sinks import CallInterrupted, ProducerFenced, SinkError, SinkNotAuthorized, SinkTopicMissing
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ class ConnectorFailed(RuntimeError):
 
 
 PERMANENT_FAILURES = (ProducerFenced, PipelineHalted, PoisonRecord, RecoveryError, StateDirLocked, TopicMissing,
-                      SourceNotAuthorized, SinkNotAuthorized)
+                      SourceNotAuthorized, SinkNotAuthorized, SinkTopicMissing)
 """Failures a restart would only repeat: fenced by a newer instance, poison input, state that cannot be
-restored, a missing topic, a refused permission."""
+restored, a missing topic (to read or to write), a refused permission."""
 MAX_RESTART_BACKOFF_S = 30.0
 
 

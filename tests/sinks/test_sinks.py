@@ -13,6 +13,7 @@ import orjson
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ClusterMetadata, TopicMetadata
 
 from connectors.admin import create_topic
 from connectors.dead_letter import DeadLetter
@@ -20,6 +21,7 @@ from connectors.offset_metadata import checkpoint_id_from_metadata, checkpoint_m
 from engine.testing import read_values
 from schemas import Format, FormatSpec, make_format
 from sinks import (
+    AtLeastOnceKafkaSink,
     CallAbandoned,
     EpochAborted,
     OffsetCommit,
@@ -27,10 +29,12 @@ from sinks import (
     ProducerWedged,
     SinkFatal,
     SinkSettings,
+    SinkTopicMissing,
     TransactionalKafkaSink,
 )
 from sinks.calls import within_deadline
 from sinks.errors import classify
+from sinks.writer import TOPIC_PROPAGATION_S
 
 BOTH_WAYS = pytest.mark.usefixtures("kafka_io")  # once per way records move: the C module, and per record
 
@@ -45,9 +49,10 @@ def sink_for(bootstrap: str, topic: str, value_format: Format | None = None,
         bootstrap, value_format or make_format(FormatSpec("json")))
 
 
-def unconnected_sink() -> TransactionalKafkaSink:
+def unconnected_sink(dead_letter_topic: str | None = None) -> TransactionalKafkaSink:
     """A sink whose producer never reaches a broker: for what the sink does with the answers it is given."""
-    return TransactionalKafkaSink(SinkSettings(topic="orders-out", transactional_id="tx-unused", group_id="g"),
+    return TransactionalKafkaSink(SinkSettings(topic="orders-out", transactional_id="tx-unused", group_id="g",
+                                               dead_letter_topic=dead_letter_topic),
                                   "127.0.0.1:9", make_format(FormatSpec("json")))
 
 
@@ -259,31 +264,80 @@ def test_a_fatal_error_raised_by_flush_is_the_error_it_stands_for(raised: BaseEx
 
 
 class CallRecorder:
-    """A producer that records the calls the sink makes when it starts."""
+    """A producer that records the calls the sink makes when it starts; every topic it is asked for exists."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         self.calls.append(f"list_topics({topic})")
+        described = TopicMetadata()
+        described.topic = topic
+        metadata = ClusterMetadata()
+        metadata.topics = {topic: described}
+        return metadata
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append("init_transactions")
 
 
-def test_the_sink_connects_to_a_broker_proper_before_it_asks_for_its_producer_id() -> None:
+@pytest.mark.parametrize("dead_letter_topic", [None, "orders-dlq"])
+def test_the_sink_connects_to_a_broker_proper_before_it_asks_for_its_producer_id(
+        dead_letter_topic: str | None) -> None:
     """librdkafka asks for the producer id only over an open connection, and asks again 500 ms later when a
     fresh producer has none yet: metadata requests first make start-up wait for the connection instead. The
-    first may be answered over the bootstrap connection, which is then closed, so there are two; both ask
-    for the sink's topic only, not for every topic of the cluster."""
-    sink = unconnected_sink()
+    first may be answered over the bootstrap connection, which is then closed, so there are two; they ask
+    for the sink's own topics only (output, then dead letters), not for every topic of the cluster."""
+    sink = unconnected_sink(dead_letter_topic)
     recorder = CallRecorder()
     sink.producer = recorder  # type: ignore[assignment]
 
     sink.start()
 
     topic = sink.settings.topic
-    assert recorder.calls == [f"list_topics({topic})", f"list_topics({topic})", "init_transactions"]
+    assert recorder.calls == [f"list_topics({topic})", f"list_topics({dead_letter_topic or topic})",
+                              "init_transactions"]
+
+
+@pytest.mark.parametrize("missing", ["sink", "dead letters"])
+@pytest.mark.parametrize("delivery", [TransactionalKafkaSink, AtLeastOnceKafkaSink])
+def test_a_missing_topic_fails_the_start_naming_it_in_bounded_time(
+        kafka_bootstrap: str, unique_topic: str, missing: str,
+        delivery: type[TransactionalKafkaSink | AtLeastOnceKafkaSink]) -> None:
+    """On a broker that does not create topics on demand, records to a missing topic would only time out,
+    epoch after epoch: the sink refuses to start instead, after giving a topic made a moment ago the time to
+    reach the broker."""
+    create_topic(kafka_bootstrap, unique_topic if missing == "dead letters" else f"{unique_topic}-dlq", 1)
+    settings = SinkSettings(topic=unique_topic, transactional_id=f"tx-{unique_topic}", group_id="g",
+                            dead_letter_topic=f"{unique_topic}-dlq")
+    sink = delivery(settings, kafka_bootstrap, make_format(FormatSpec("json")))
+    absent = unique_topic if missing == "sink" else f"{unique_topic}-dlq"
+    started = time.monotonic()
+    try:
+        with pytest.raises(SinkTopicMissing, match=f"{missing}: topic '{absent}' on {kafka_bootstrap}: "
+                                                   "the topic does not exist"):
+            sink.start()
+    finally:
+        sink.close()
+    assert TOPIC_PROPAGATION_S <= time.monotonic() - started < TOPIC_PROPAGATION_S + 5
+
+
+def test_a_topic_made_a_moment_after_the_start_began_is_waited_for(kafka_bootstrap: str,
+                                                                     unique_topic: str) -> None:
+    sink = TransactionalKafkaSink(SinkSettings(topic=unique_topic, transactional_id=f"tx-{unique_topic}",
+                                               group_id="g"), kafka_bootstrap, make_format(FormatSpec("json")))
+    late = threading.Timer(0.5, create_topic, (kafka_bootstrap, unique_topic, 2))
+    late.start()
+    try:
+        sink.start()
+        sink.begin_epoch()
+        sink.write(ROWS)
+        sink.commit_epoch([])
+    finally:
+        late.join()
+        sink.close()
+    assert sorted(orjson.loads(value or b"")["id"] for _, value in read_records(kafka_bootstrap, unique_topic)) \
+        == [1, 2, 3]
 
 
 def test_a_system_error_without_a_kafka_cause_is_not_mistaken_for_one() -> None:

@@ -194,8 +194,8 @@ def test_batch_job_killed_at_random_points_resumes_to_exactly_once_output(
 def test_items_whose_ranges_end_on_transaction_markers_are_read_to_their_end(
         kafka_bootstrap: str, unique_topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     topics = Topics(f"{unique_topic}-in", f"{unique_topic}-out", f"{unique_topic}-dlq")
-    create_topic(kafka_bootstrap, topics.source, 1)
-    create_topic(kafka_bootstrap, topics.sink, 1)
+    for topic in (topics.source, topics.sink, topics.dlq):
+        create_topic(kafka_bootstrap, topic, 1)
     produce_values(kafka_bootstrap, topics.source, [order(i) for i in range(1, 6)], 1)  # offsets 0-4
     producer_rows = [([order(i) for i in range(6, 10)], True),  # 5-8, commit marker at 9
                      ([order(i) for i in range(100, 103)], False)]  # 10-12 aborted, abort marker at 13

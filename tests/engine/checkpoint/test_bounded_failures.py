@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from connectors.admin import create_topic
 from engine.ports import free_port
@@ -91,6 +92,29 @@ def test_a_missing_source_topic_fails_at_once_without_restarting(kafka_bootstrap
     assert f"topic '{unique_topic}-in'" in line and "does not exist" in line
     assert "restarting connector" not in done.stderr
     assert raw_librdkafka_lines(done.stderr) == []
+
+
+@pytest.mark.parametrize("command, missing", [(("run", "{config}"), "out"), (("run", "{config}"), "dlq"),
+                                              (("batch", "run", "{config}", "--batch-id", "first"), "out")])
+def test_a_missing_sink_or_dead_letter_topic_fails_at_once_naming_it(command: tuple[str, ...], missing: str,
+                                                                      kafka_bootstrap: str, unique_topic: str,
+                                                                      tmp_path: Path) -> None:
+    """The broker does not create topics on demand: without the check at start, every epoch's records would
+    time out and the connector restart in vain."""
+    for suffix in {"in", "out", "dlq"} - {missing}:
+        create_topic(kafka_bootstrap, f"{unique_topic}-{suffix}", 1)
+    produce_values(kafka_bootstrap, f"{unique_topic}-in", [orjson.dumps({"id": i}) for i in range(10)], 1)
+    config = connector(tmp_path, unique_topic)
+    started = time.monotonic()
+    done = subprocess.run(epochline(*(word.format(config=config) for word in command), "--bootstrap-servers",
+                                    kafka_bootstrap), capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+                          check=False)
+
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert time.monotonic() - started < 20
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("epochline:")]
+    assert f"topic '{unique_topic}-{missing}' on {kafka_bootstrap}: the topic does not exist" in line, line
+    assert "restarting connector" not in done.stderr
 
 
 def test_a_run_and_a_batch_job_succeed_on_a_broker_started_a_moment_ago(tmp_path: Path) -> None:

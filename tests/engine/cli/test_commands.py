@@ -35,11 +35,13 @@ def test_the_parser_for_one_command_holds_its_module_only_and_the_full_one_holds
     assert command_names(build_parser()) == set(COMMAND_MODULES)
 
 
-def test_epochline_run_starts_without_the_rest_client_the_worker_or_rich() -> None:
-    """Import time is start-up time: ``run`` must not pay for the commands it is not."""
+def test_epochline_run_starts_without_the_rest_client_the_worker_rich_or_formats_it_does_not_use() -> None:
+    """Import time is start-up time: ``run`` must not pay for the commands it is not, nor a JSON connector for
+    the Avro modules."""
     probe = ("import sys; from engine.cli import build_parser; build_parser('run'); "
-             "print(sorted(m for m in ('httpx', 'rich', 'engine.worker.supervisor', 'engine.cli.connectors') "
-             "if m in sys.modules))")
+             "from schemas import FormatSpec, make_format; make_format(FormatSpec('json')); "
+             "print(sorted(m for m in ('httpx', 'rich', 'engine.worker.supervisor', 'engine.cli.connectors', "
+             "'fastavro', 'schemas.avro_format', 'schemas.confluent') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True,
                             check=True, timeout=60).stdout.strip()
     assert loaded == "[]"
