@@ -23,6 +23,11 @@ from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re
 
 log = logging.getLogger(__name__)
 CLIENT_LOGGER = logging.getLogger("librdkafka")
+MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+"""What Kafka (or librdkafka) answers for a topic that does not exist."""
+MISSING_TOPIC_GRACE_S = 2.0
+"""Seconds a missing topic is asked for again before it is an error: a topic made a moment ago may not have
+reached the broker that answers yet (metadata propagation)."""
 """Where every client epochline makes sends librdkafka's log lines (its ``logger`` setting)."""
 
 ClientConfig = Mapping[str, str]
@@ -231,7 +236,7 @@ def _described(future: Future[Any], timeout: float, missing: str) -> set[str] | 
         described = future.result(timeout)
     except KafkaException as exc:
         error: KafkaError = exc.args[0]
-        missing_codes = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.GROUP_ID_NOT_FOUND)
+        missing_codes = MISSING_TOPIC_ERRORS | {KafkaError.GROUP_ID_NOT_FOUND}
         return missing if error.code() in missing_codes else error
     return {operation.name for operation in described.authorized_operations or ()}
 
@@ -455,7 +460,7 @@ def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadli
             return len(future.result(remaining + 1.0).partitions)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            if error.code() in MISSING_TOPIC_ERRORS:
                 return None
             if error.code() in _AUTHORIZATION_CODES:
                 # Kafka does not say whether a topic exists to whom may not describe it: creating tells.

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.admin import CLIENT_LOGGER, ClientConfig
+from connectors.admin import CLIENT_LOGGER, MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S, ClientConfig
 
 CHECKPOINT_HEADER = "epochline.checkpoint"
 """Header naming the checkpoint id whose epoch wrote the record, as decimal ASCII."""
@@ -55,11 +55,9 @@ INITIAL_LOOKBACK = 2
 """Offsets read back from the end on the first pass: the last committed record plus its commit marker. Each
 pass that finds no committed record doubles it."""
 
-_MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION})
+_MISSING = MISSING_TOPIC_ERRORS | {KafkaError._UNKNOWN_PARTITION}
 """What Kafka answers for a topic or partition that does not exist, and for a topic the principal may not
 describe (it does not reveal that one exists)."""
-MISSING_GRACE = 2.0
-"""Seconds a missing topic or partition is asked for again before it is an error (metadata propagation)."""
 _PERMANENT_ERRORS = frozenset({
     *_MISSING, KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
@@ -289,7 +287,7 @@ class ChangelogReader:
                 last = exc.args[0]
                 if last.code() in _MISSING:  # a topic created a moment ago may not be known everywhere yet
                     missing_since = missing_since or time.monotonic()
-                    if time.monotonic() - missing_since < MISSING_GRACE:
+                    if time.monotonic() - missing_since < MISSING_TOPIC_GRACE_S:
                         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
                         continue
                 if _permanent(last):

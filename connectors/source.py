@@ -40,7 +40,13 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from connectors.admin import CLIENT_LOGGER, TopicAdminError, committed_offsets, watermark_offsets
+from connectors.admin import (
+    CLIENT_LOGGER,
+    MISSING_TOPIC_ERRORS,
+    TopicAdminError,
+    committed_offsets,
+    watermark_offsets,
+)
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.fetched import Fetched, PartitionEvent, RecordColumns, make_fetcher
@@ -81,7 +87,6 @@ how soon a drained queue is filled again. Larger fetches (8 MiB per partition, t
 nothing more once this was fixed and cost about 80 MB of peak RSS, so fetch sizes are librdkafka's."""
 
 UNAVAILABLE_ERRORS = frozenset({KafkaError._UNKNOWN_PARTITION})
-MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 NOT_AUTHORIZED_ERRORS = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED})
 
 

@@ -63,8 +63,20 @@ def make_format(spec: FormatSpec) -> Format:
         if spec.schema is None:
             return JsonFormat(None)
         return JsonFormat(_json_format_schema(Path(spec.schema)), source=str(spec.schema))
-    if spec.format in ("avro", "avro-confluent"):
-        return _avro_format(spec)
+    if spec.format == "avro":
+        from schemas.avro_format import AvroCodec, AvroFormat
+
+        if spec.schema is None:
+            raise SchemaError("avro format needs a schema: the .avsc file the records were written with")
+        return AvroFormat(AvroCodec.from_file(Path(spec.schema)))
+    if spec.format == "avro-confluent":
+        from schemas.avro_format import AvroCodec
+        from schemas.confluent import ConfluentAvroFormat
+        from schemas.registry import SubjectRegistration
+
+        reader = AvroCodec.from_file(Path(spec.schema)) if spec.schema is not None else None
+        return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id,
+                                   registration=SubjectRegistration.from_spec(spec))
     if spec.format == "protobuf-confluent":
         try:
             from schemas.protobuf_format import make_protobuf_format
@@ -78,21 +90,6 @@ def make_format(spec: FormatSpec) -> Format:
         return make_json_confluent_format(spec)
     raise SchemaError(f"unknown format {spec.format!r}: expected json, avro, avro-confluent, protobuf-confluent, "
                       "json-confluent, raw or arrow-ipc")
-
-
-def _avro_format(spec: FormatSpec) -> Format:
-    from schemas.avro_format import AvroCodec, AvroFormat
-
-    if spec.format == "avro":
-        if spec.schema is None:
-            raise SchemaError("avro format needs a schema: the .avsc file the records were written with")
-        return AvroFormat(AvroCodec.from_file(Path(spec.schema)))
-    from schemas.confluent import ConfluentAvroFormat
-    from schemas.registry import SubjectRegistration
-
-    reader = AvroCodec.from_file(Path(spec.schema)) if spec.schema is not None else None
-    return ConfluentAvroFormat(_schema_source(spec), reader=reader, schema_id=spec.schema_id,
-                               registration=SubjectRegistration.from_spec(spec))
 
 
 def _json_format_schema(path: Path) -> pa.Schema:

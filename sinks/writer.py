@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import CLIENT_LOGGER
+from connectors.admin import CLIENT_LOGGER, MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S
 from connectors.dead_letter import DeadLetter
 from connectors.metadata import is_metadata_column
 from schemas import Format
@@ -30,9 +30,6 @@ from sinks.errors import (
 from sinks.produce import Headers, produce_all, produce_waiting
 
 FLUSH_SLICE_S = 0.5
-TOPIC_PROPAGATION_S = 3.0
-"""How long a topic the broker says it does not know is asked for again before the sink calls it missing: a
-topic made a moment before the start may not have reached the broker that answers yet."""
 TOPIC_RECHECK_S = 0.2
 
 
@@ -211,7 +208,7 @@ class KafkaWriter:
 
     def _check_topic(self, topic: str, role: str) -> None:
         where = f"{role}: topic {topic!r} on {self.bootstrap}"
-        deadline = time.monotonic() + TOPIC_PROPAGATION_S
+        deadline = time.monotonic() + MISSING_TOPIC_GRACE_S
         while True:
             metadata = with_retries(lambda: self.producer.list_topics(topic, timeout=5), f"describing {where}",
                                     interrupted=self.interrupted)
@@ -221,7 +218,7 @@ class KafkaWriter:
                 return
             if error.code() in NOT_AUTHORIZED_CODES:
                 raise not_authorized(f"producing to topic {topic!r}", error)
-            if error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if error.code() not in MISSING_TOPIC_ERRORS:
                 return  # e.g. a leader being elected, or a topic being created on demand: records wait for it
             if self.interrupted():
                 raise CallInterrupted(f"describing {where}: stop requested while waiting for the topic")

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ClusterMetadata, TopicMetadata
 
-from connectors.admin import create_topic
+from connectors.admin import MISSING_TOPIC_GRACE_S, create_topic
 from connectors.dead_letter import DeadLetter
 from connectors.offset_metadata import checkpoint_id_from_metadata, checkpoint_metadata
 from engine.testing import read_values
@@ -34,7 +34,6 @@ from sinks import (
 )
 from sinks.calls import within_deadline
 from sinks.errors import classify
-from sinks.writer import TOPIC_PROPAGATION_S
 
 BOTH_WAYS = pytest.mark.usefixtures("kafka_io")  # once per way records move: the C module, and per record
 
@@ -319,7 +318,7 @@ def test_a_missing_topic_fails_the_start_naming_it_in_bounded_time(
             sink.start()
     finally:
         sink.close()
-    assert TOPIC_PROPAGATION_S <= time.monotonic() - started < TOPIC_PROPAGATION_S + 5
+    assert MISSING_TOPIC_GRACE_S <= time.monotonic() - started < MISSING_TOPIC_GRACE_S + 5
 
 
 def test_a_topic_made_a_moment_after_the_start_began_is_waited_for(kafka_bootstrap: str,
