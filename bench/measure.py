@@ -46,6 +46,7 @@ from bench.contenders import Contender, JobSpec
 from connectors.admin import end_offsets, partitions_of
 from connectors.fetched import make_fetcher, ready_messages
 from connectors.source import FETCH_DEFAULTS
+from engine.worker.warm import hand_off, start_warm
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,20 @@ class Usage:
 class ChildProcess:
     """A contender process in its own session, reaped with ``wait4`` so its resource usage is its own."""
 
-    def __init__(self, command: list[str], log_path: Path, cwd: Path, env: Mapping[str, str] | None = None) -> None:
-        self.started_at = time.time()  # wall clock, like the tailer's arrival times
-        with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
-            self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                                            stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+    def __init__(self, command: list[str], log_path: Path, cwd: Path, env: Mapping[str, str] | None = None,
+                 *, warm: bool = False) -> None:
+        """``warm``: ``command`` is handed to a warm task process (``engine.worker.warm``, what a worker starts
+        its tasks in) once that has imported a task's modules and gone idle; ``started_at`` is the hand-off."""
+        if warm:
+            self.process = start_warm(command[0], env if env is not None else os.environ, log_path, cwd=cwd)
+            wait_until_idle(self.process.pid)
+            self.started_at = time.time()
+            hand_off(self.process, command[1:], {}, log_path)
+        else:
+            self.started_at = time.time()  # wall clock, like the tailer's arrival times
+            with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
+                self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
         self.usage: Usage | None = None
         self._peak_rss_kb = 0
 
@@ -379,6 +389,22 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
     fields = stat.rsplit(")", 1)[1].split()  # the command name in (...) may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def wait_until_idle(pid: int, quiet_s: float = 0.3, timeout_s: float = 60.0) -> None:
+    """Until the process has used no CPU for ``quiet_s`` (a warm task process done importing, reading its
+    command line); ``ContenderFailed`` if it exits or never goes quiet."""
+    deadline = time.monotonic() + timeout_s
+    last, quiet_since = process_cpu_seconds(pid), time.monotonic()
+    while time.monotonic() - quiet_since < quiet_s:
+        if time.monotonic() > deadline:
+            raise ContenderFailed(f"process {pid} did not go idle within {timeout_s:.0f}s")
+        time.sleep(0.05)
+        now = process_cpu_seconds(pid)
+        if now is None:
+            raise ContenderFailed(f"process {pid} exited before it went idle")
+        if now != last:
+            last, quiet_since = now, time.monotonic()
 
 
 def machine_cpu_seconds() -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Start-up to the first committed output, many times, with where the time went.
 
-    python bench/startup.py [--starts 10] [--format json] [--baseline DIR] [--cluster-topics N]
+    python bench/startup.py [--starts 10] [--format json] [--baseline DIR | --warm] [--cluster-topics N]
                             [--bootstrap HOST:PORT]
 
 Each start runs the benchmark's epochline job (``epochline-eos``: JSON or Avro in, the SQL filter and
@@ -14,7 +14,9 @@ moment; this machine's speed has changed by 2x within an hour, so they are taken
 start.
 
 ``--baseline DIR`` alternates every start with one of another checkout of this repository (its packages
-put first on ``PYTHONPATH``): an old commit and the new one under the same drift. ``--cluster-topics N``
+put first on ``PYTHONPATH``): an old commit and the new one under the same drift. ``--warm`` alternates a
+cold start with one handed to a warm task process (``engine.worker.warm``, what a worker starts its tasks
+in), timed from the hand-off once that process has imported a task's modules. ``--cluster-topics N``
 first makes N empty topics, as a shared cluster has (what a start asks of every topic grows with them).
 Without ``--bootstrap`` a private broker is started and stopped; topics made are deleted at the end.
 Results: a table on stdout and ``bench/results/<timestamp>-startup-<format>.json``.
@@ -59,8 +61,8 @@ CONTENDER = "epochline-eos"
 
 @dataclass
 class Start:
-    """One start: seconds from the process start to its first output and to each phase it logged, and the
-    import time an idle interpreter measured right before it."""
+    """One start: seconds from the process start (a warm one's: the hand-off) to its first output and to
+    each phase it logged, and the import time an idle interpreter measured right before it."""
 
     code: str  # "this" or "baseline"
     first_output_s: float
@@ -97,6 +99,10 @@ def code_environment(checkout: Path | None) -> dict[str, str]:
     return env
 
 
+WARM = "warm"
+"""The code of a start handed to a warm task process (``--warm``)."""
+
+
 def time_one_start(bench: Bench, index: int, code: str, env: Mapping[str, str]) -> Start:
     """The job on fresh topics of its own, started once and stopped after its first output."""
     contender = BY_NAME[CONTENDER]
@@ -106,7 +112,7 @@ def time_one_start(bench: Bench, index: int, code: str, env: Mapping[str, str]) 
     tailer = OutputTailer(job.bootstrap, job.output_topic, id_of=bench.id_reader(contender))
     tailer.start()
     log_path = job.workdir / "contender.log"
-    child = ChildProcess(contender.command(job), log_path, job.workdir, env=env)
+    child = ChildProcess(contender.command(job), log_path, job.workdir, env=env, warm=code == WARM)
     try:
         first_output_s = time_first_output(child, tailer, job, LatencyPlan(), bench.paced_input(live_input))
     finally:
@@ -138,8 +144,8 @@ def summary(starts: Sequence[Start]) -> dict[str, float]:
 
 def print_summary(by_code: Mapping[str, Sequence[Start]]) -> None:
     columns = ["first output", "imports", *PHASES.values(), FROM_STARTED]
-    print("median seconds from the process start (imports: an idle `epochline run --help`; from started: from "
-          "the start's own first log line)")
+    print("median seconds from the process start, or the hand-off to a warm process (imports: an idle "
+          "`epochline run --help`; from started: from the start's own first log line)")
     print(f"{'code':<10}{'starts':>7}" + "".join(f"{column:>15}" for column in columns))
     for code, starts in by_code.items():
         medians = summary(starts)
@@ -151,7 +157,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=10, help="starts of each checkout (default 10)")
     parser.add_argument("--format", choices=FORMATS, default="json")
-    parser.add_argument("--baseline", type=Path, help="another checkout whose starts alternate with this one's")
+    compared = parser.add_mutually_exclusive_group()
+    compared.add_argument("--baseline", type=Path, help="another checkout whose starts alternate with this one's")
+    compared.add_argument("--warm", action="store_true",
+                          help="alternate cold starts with starts handed to a warm task process")
     parser.add_argument("--cluster-topics", type=int, default=0, help="empty topics made first (default 0)")
     parser.add_argument("--bootstrap", help="use this broker instead of starting a private one")
     parser.add_argument("--keep-logs", action="store_true", help="keep the starts' logs and configs")
@@ -165,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     byte_compile_project()
     codes = {"this": code_environment(None)}
-    if args.baseline is not None:
+    if args.warm:
+        codes = {"cold": codes["this"], WARM: codes["this"]}
+    elif args.baseline is not None:
         byte_compile_project(args.baseline)
         codes["baseline"] = code_environment(args.baseline.resolve())
     workdir = Path(tempfile.mkdtemp(prefix="epochline-startup-"))
@@ -185,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     output = RESULTS_DIR / f"{bench.stamp}-startup-{args.format}.json"
     output.write_text(json.dumps({
         "meta": {"timestamp": bench.stamp, "command": " ".join(sys.argv), "format": args.format,
-                 "contender": CONTENDER, "cluster_topics": args.cluster_topics, "machine": machine(),
+                 "contender": CONTENDER, "cluster_topics": args.cluster_topics, "warm": args.warm,
+                 "machine": machine(),
                  "versions": versions()},
         "medians": {code: summary(runs) for code, runs in starts.items()},
         "starts": [asdict(start) for runs in starts.values() for start in runs],

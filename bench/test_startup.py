@@ -11,6 +11,7 @@ import pytest
 from bench.run import Bench
 from bench.startup import (
     PHASES,
+    WARM,
     Start,
     alternating,
     code_environment,
@@ -64,11 +65,14 @@ def test_starts_alternate_the_order_of_the_two_codes_every_round() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_a_live_start_times_its_first_output_after_every_phase_it_logged(kafka_bootstrap: str,
-                                                                         tmp_path: Path) -> None:
-    bench = Bench(parse_args([]), kafka_bootstrap, tmp_path)
+@pytest.mark.parametrize("code", ["this", WARM])
+def test_a_live_start_times_its_first_output_after_every_phase_it_logged(kafka_bootstrap: str, tmp_path: Path,
+                                                                         code: str) -> None:
+    """Cold, or handed to a warm task process (what a worker starts its tasks in): timed from the hand-off,
+    whose first log line then comes before an idle interpreter has even imported a task's modules."""
+    bench = Bench(parse_args(["--warm"] if code == WARM else []), kafka_bootstrap, tmp_path)
     try:
-        start = time_one_start(bench, 0, "this", code_environment(None))
+        start = time_one_start(bench, 0, code, code_environment(None))
     finally:
         bench.delete_topics()
     assert set(start.phases_s) == set(PHASES.values())
@@ -78,3 +82,5 @@ def test_a_live_start_times_its_first_output_after_every_phase_it_logged(kafka_b
     # line is written after commit_transaction returns, and a reader can see the records just before that).
     assert start.phases_s["first barrier"] < start.first_output_s < 60
     assert 0 < start.imports_s < 60
+    if code == WARM:
+        assert start.phases_s["started"] < start.imports_s

@@ -23,12 +23,12 @@ from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re
 
 log = logging.getLogger(__name__)
 CLIENT_LOGGER = logging.getLogger("librdkafka")
+"""Where every client epochline makes sends librdkafka's log lines (its ``logger`` setting)."""
 MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 """What Kafka (or librdkafka) answers for a topic that does not exist."""
 MISSING_TOPIC_GRACE_S = 2.0
 """Seconds a missing topic is asked for again before it is an error: a topic made a moment ago may not have
 reached the broker that answers yet (metadata propagation)."""
-"""Where every client epochline makes sends librdkafka's log lines (its ``logger`` setting)."""
 
 ClientConfig = Mapping[str, str]
 Isolation = Literal["read_committed", "read_uncommitted"]
@@ -440,9 +440,7 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, client_config: Clie
             _await_leaders(admin, bootstrap, name, partitions, deadline, timeout)
             log.info("topic created", extra={"topic": name, "partitions": partitions, "cleanup_policy": policy})
             return True
-        existing = _topic_partition_count(admin, bootstrap, name, deadline, wanted)
-        if existing is None:
-            raise TopicAdminError(f"topic {name!r} on {bootstrap}: creation said it exists, description says not")
+        existing = _described_once_known(admin, bootstrap, name, deadline, wanted)
     if existing != partitions:
         raise TopicMismatch(f"topic {name!r} on {bootstrap} has {existing} partitions, {partitions} are required "
                             f"(partition counts are fixed by the state they hold: recreate it or fix the setting)")
@@ -472,6 +470,19 @@ def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadli
             time.sleep(0.2)
         except TimeoutError as exc:
             raise KafkaUnreachable(f"cannot describe topic {name!r}: Kafka at {bootstrap} did not answer") from exc
+
+
+def _described_once_known(admin: AdminClient, bootstrap: str, name: str, deadline: float, wanted: str) -> int:
+    """The partition count of a topic whose creation said it exists: the broker describing it may learn of
+    it a moment after the controller (seen once: the description said it did not exist), so it is asked
+    again for ``MISSING_TOPIC_GRACE_S``."""
+    grace_ends = min(deadline, time.monotonic() + MISSING_TOPIC_GRACE_S)
+    while (existing := _topic_partition_count(admin, bootstrap, name, deadline, wanted)) is None:
+        if time.monotonic() >= grace_ends:
+            raise TopicAdminError(f"topic {name!r} on {bootstrap}: creation said it exists, but it is not "
+                                  f"described after {MISSING_TOPIC_GRACE_S:g}s")
+        time.sleep(0.1)
+    return existing
 
 
 def _await_leaders(admin: AdminClient, bootstrap: str, name: str, partitions: int, deadline: float,

@@ -49,7 +49,8 @@ def _worker(args: argparse.Namespace) -> int:
     host, port = args.rest
     bootstrap = bootstrap_from(args.bootstrap_servers)
     supervision = SupervisorSettings(worker_id="", bootstrap=bootstrap, state_dir=args.state_dir,
-                                     max_failures=args.max_task_failures, backoff_s=args.task_backoff)
+                                     max_failures=args.max_task_failures, backoff_s=args.task_backoff,
+                                     warm_task=args.warm_task)
     run_worker(WorkerOptions(cluster=args.cluster, bootstrap=bootstrap, host=host, port=port, instance=args.instance,
                              state_dir=args.state_dir, token=token, supervision=supervision,
                              client_config=worker_client_config(args.kafka_client)))
@@ -77,5 +78,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     worker.add_argument("--task-backoff", type=float, default=1.0, metavar="SECONDS",
                         help="wait before restarting a task that exited; doubles per failure, at most 60 s "
                              "(default 1)")
+    worker.add_argument("--no-warm-task", dest="warm_task", action="store_false",
+                        help="start every task in a new process, instead of in one kept ahead with its modules "
+                             "imported (which saves most of a task's start-up and holds about 100 MB)")
     add_bootstrap_argument(worker)
     worker.set_defaults(handler=_worker)

@@ -5,7 +5,8 @@ One module per idea:
 - ``records``: what the cluster's two compacted topics hold (a record per connector, a status per task);
 - ``store``: those topics read whole by every worker (``KafkaClusterStore``), read-your-writes;
 - ``supervisor``: this worker's tasks, an ``epochline run`` child process per connector, restarted with
-  backoff, FAILED after repeated failures; ``child``: the contract with those processes;
+  backoff, FAILED after repeated failures; ``child``: the contract with those processes; ``warm``: the
+  process kept ahead with a task's modules imported, that the next task starts in;
 - ``task_config``: a stored config (schemas inline) as the files a task runs, validated as ``epochline validate``;
 - ``view``: a connector's status and health from its record, its tasks and its consumer group;
 - ``kafka_ops``: offsets and keyed-state resets of a stopped connector;

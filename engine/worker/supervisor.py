@@ -10,6 +10,10 @@ commits its epoch and exits (or, killed, leaves an open transaction its successo
 ``transactional.id``); the next task of that connector on this worker resumes from the committed offsets.
 The supervisor only ever has one child per connector, and starts the next after the previous has exited.
 
+A task starts in the warm process the worker keeps ahead when there is one (``engine.worker.warm``: an
+interpreter with a task's modules imported, waiting for its command line), else in a new process; either way
+it is this worker's child, stopped and reaped alike.
+
 Supervision: a task that exits without being asked is restarted after a backoff that doubles with every
 failure; ``max_failures`` failures within ``failure_window_s`` make it FAILED with the child's error, until a
 restart request resets it.
@@ -42,6 +46,7 @@ from engine.worker.errors import StoreError
 from engine.worker.records import STATUS_TTL_S, ConnectorRecord, TaskError, TaskState, TaskStatus
 from engine.worker.store import ClusterStore
 from engine.worker.task_config import write_task_config
+from engine.worker.warm import TaskLauncher
 
 log = logging.getLogger(__name__)
 TRACE_LINES = 40
@@ -67,6 +72,10 @@ class SupervisorSettings:
     program: tuple[str, ...] = (sys.executable, "-m", "engine.cli")
     """What a task runs: ``<program> --log-format json run CONFIG --instance W --bootstrap-servers B``
     (the specifications put a stand-in here to drive the supervisor without Kafka)."""
+    warm_task: bool = True
+    """Keep a process ahead with a task's modules imported, to start the next task in (``engine.worker.warm``)."""
+    warm_after_s: float = 5.0
+    """How long after a task's start the next warm process is made (its imports would slow that start)."""
 
 
 @dataclass
@@ -84,8 +93,10 @@ class Task:
     """One connector's task on this worker, stepped by the supervisor's loop (steps send signals and start
     processes, they never wait for one)."""
 
-    def __init__(self, name: str, settings: SupervisorSettings, record: ConnectorRecord) -> None:
+    def __init__(self, name: str, settings: SupervisorSettings, record: ConnectorRecord,
+                 launcher: TaskLauncher | None = None) -> None:
         self.name = name
+        self._launcher = launcher or task_launcher(settings, warm=False)
         self.incarnation = record.incarnation
         self._settings = settings
         self._directory = settings.state_dir / "connectors" / name
@@ -125,7 +136,7 @@ class Task:
                 self.state = record.target
             return
         if self.child is None and self.state != "FAILED" and now >= self._backoff_until:
-            self._start(record)
+            self._start(record, now)
 
     def status(self) -> TaskStatus:
         return TaskStatus(connector=self.name, worker_id=self._settings.worker_id, state=self.state, pid=self.pid,
@@ -160,7 +171,7 @@ class Task:
         elif self.state == "FAILED":
             self.state = "RESTARTING"
 
-    def _start(self, record: ConnectorRecord) -> None:
+    def _start(self, record: ConnectorRecord, now: float) -> None:
         port = free_port()
         try:
             path = write_task_config(record.config, self._directory / "config", state_dir=self._directory / "state",
@@ -173,13 +184,9 @@ class Task:
             return
         error_file, log_file = self._directory / "error.json", self._directory / "task.log"
         error_file.unlink(missing_ok=True)
-        command = [*self._settings.program, "--log-format", "json", "run", str(path),
-                   "--instance", self._settings.worker_id, "--bootstrap-servers", self._settings.bootstrap]
-        env = {key: value for key, value in os.environ.items() if key not in WORKER_ONLY_ENV}
-        env.update({PARENT_PID_ENV: str(os.getpid()), ERROR_FILE_ENV: str(error_file)})
-        with open(log_file, "ab") as output:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                       env=env, start_new_session=True)
+        arguments = ["--log-format", "json", "run", str(path), "--instance", self._settings.worker_id,
+                     "--bootstrap-servers", self._settings.bootstrap]
+        process = self._launcher.launch(arguments, {ERROR_FILE_ENV: str(error_file)}, log_file, now)
         self.child = _Child(process, record.version, port, error_file, log_file)
         self.state, self.error, self.trace = "RUNNING", None, None
         log.info("task started", extra={"connector": self.name, "pid": process.pid, "version": record.version})
@@ -226,6 +233,14 @@ class Task:
         log.error("task failed", extra={"connector": self.name, "error": error.message})
 
 
+def task_launcher(settings: SupervisorSettings, *, warm: bool) -> TaskLauncher:
+    """A launcher of ``settings.program``, whose tasks get the worker's environment (less what is the worker's
+    only) and are killed with it."""
+    env = {key: value for key, value in os.environ.items() if key not in WORKER_ONLY_ENV}
+    env[PARENT_PID_ENV] = str(os.getpid())
+    return TaskLauncher(settings.program, env, settings.state_dir, warm=warm, settle_s=settings.warm_after_s)
+
+
 def _exit_report(child: _Child, code: int) -> tuple[TaskError, str | None]:
     """What the child wrote to its error file; else (a crash, a signal) the tail of its log. Credentials in
     URLs (a registry's) are redacted: the report goes to the status topic, the API and the log."""
@@ -270,6 +285,7 @@ class Supervisor:
         self._store = store
         self._settings = settings
         self._tasks: dict[str, Task] = {}
+        self._launcher = task_launcher(settings, warm=settings.warm_task)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
@@ -320,6 +336,7 @@ class Supervisor:
                 self._step(name, record, now)
             for name in [name for name in self._tasks if name not in records]:
                 self._step(name, None, now)
+            self._launcher.prepare(now)
         self._publish(now)
 
     def _step(self, name: str, record: ConnectorRecord | None, now: float) -> None:
@@ -328,7 +345,7 @@ class Supervisor:
         task = self._tasks.get(name)
         replaced = task is not None and record is not None and task.incarnation != record.incarnation
         if task is None and record is not None:
-            task = self._tasks[name] = Task(name, self._settings, record)
+            task = self._tasks[name] = Task(name, self._settings, record, self._launcher)
         assert task is not None
         try:
             task.step(None if replaced else record, now)
@@ -395,6 +412,7 @@ class Supervisor:
         for task in tasks:
             task.kill()
             self._forget(task.name)
+        self._launcher.close()
 
 
 def _changed(before: TaskStatus, after: TaskStatus) -> bool:

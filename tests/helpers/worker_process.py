@@ -58,6 +58,18 @@ class WorkerProcess:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
+    def warm_task_pid(self) -> int | None:
+        """The process this worker keeps ahead to start its next task in (``engine.worker.warm``), if any."""
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                command = (stat.parent / "cmdline").read_bytes().split(b"\0")
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            if parent == self.process.pid and b"engine.worker.warm" in command:
+                return int(stat.parent.name)
+        return None
+
     def task_logs(self) -> str:
         return "\n".join(path.read_text(errors="replace") for path in self.state_dir.glob("connectors/*/task.log"))
 

@@ -8,6 +8,7 @@ in-memory store. Each test steps the tasks itself (or runs the supervisor's loop
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 
 from engine.testing.worker import MemoryClusterStore
 from engine.worker.records import ConnectorRecord
-from engine.worker.supervisor import Supervisor, SupervisorSettings, Task
+from engine.worker.supervisor import Supervisor, SupervisorSettings, Task, task_launcher
 from tests.helpers import REPO_ROOT
 
 FAKE_TASK = (sys.executable, str(REPO_ROOT / "tests" / "helpers" / "fake_task.py"))
@@ -161,3 +162,53 @@ def test_the_supervisor_replaces_a_connector_deleted_and_created_again_and_forge
     finally:
         supervisor.stop()
     assert not supervisor.alive
+
+
+def test_a_task_starts_in_the_warm_process_made_ahead_and_the_next_one_is_made_once_the_start_settled(
+        settings: SupervisorSettings, tasks: list[Task]) -> None:
+    launcher = task_launcher(replace(settings, warm_after_s=60.0), warm=True)
+    launcher.prepare(time.monotonic())
+    warm = launcher.warm_pid
+    assert warm is not None and alive(warm)
+    try:
+        wanted = record("runs-w")
+        task = Task("runs-w", settings, wanted, launcher)
+        tasks.append(task)
+        step_until(task, lambda: wanted, lambda: bool(starts(settings, "runs-w")))
+        assert starts(settings, "runs-w") == [warm] and task.pid == warm
+        launcher.prepare(time.monotonic())
+        assert launcher.warm_pid is None, "a warm process was made while the task was starting"
+        launcher.prepare(time.monotonic() + 60.0)
+        second = launcher.warm_pid
+        assert second not in (None, warm)
+
+        failing = record("fails-w")  # the task's own environment reaches the warm process: its error file
+        broken = Task("fails-w", settings, failing, launcher)
+        tasks.append(broken)
+        step_until(broken, lambda: failing, lambda: bool(starts(settings, "fails-w")) and broken.state != "RUNNING")
+        assert broken.error is not None and broken.error.message == "failing on purpose"
+        assert broken.restarts == 1 and starts(settings, "fails-w")[0] == second
+
+        paused = wanted.with_target("PAUSED")
+        step_until(task, lambda: paused, lambda: task.state == "PAUSED")
+        assert not alive(warm), "a task started warm did not stop on SIGTERM"
+    finally:
+        launcher.close()
+
+
+def test_a_warm_process_that_died_waiting_is_reported_and_tasks_start_cold_from_then_on(
+        settings: SupervisorSettings, tasks: list[Task], caplog: pytest.LogCaptureFixture) -> None:
+    launcher = task_launcher(replace(settings, warm_after_s=0.0), warm=True)
+    launcher.prepare(time.monotonic())
+    warm = launcher.warm_pid
+    assert warm is not None
+    os.kill(warm, signal.SIGKILL)
+    wanted = record("runs-x")
+    task = Task("runs-x", settings, wanted, launcher)
+    tasks.append(task)
+    step_until(task, lambda: wanted, lambda: bool(starts(settings, "runs-x")))
+    [pid] = starts(settings, "runs-x")
+    assert pid != warm and task.pid == pid and alive(pid)
+    launcher.prepare(time.monotonic())
+    assert launcher.warm_pid is None
+    assert "the warm task process exited before it was given a task" in caplog.text

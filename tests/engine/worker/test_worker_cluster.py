@@ -86,8 +86,11 @@ def test_a_connector_deployed_over_rest_switches_sql_mid_stream_exactly_once_and
     records = 20_000
     live = LiveInput(kafka_bootstrap, source, ids(records), PARTITIONS, seconds=12)
     version_sql = ("SELECT id, '{}' AS version, __kafka_partition AS p, __kafka_offset AS o FROM input")
+    warm = wait_for("the worker's warm task process", worker.warm_task_pid)
     with worker.client() as client:
         client.create("a", connector_config(source, sink, dead_letter, version_sql.format("v1")))
+        first = wait_for("a running", lambda: running_task(worker, "a", "w1"))
+        assert first["pid"] == warm, "the first task did not start in the process the worker made ahead"
         client.create("b", connector_config(other_source, other_sink, other_dead_letter))
         produce_values(kafka_bootstrap, other_source, ids(100), 1)
         neighbour = wait_for("b running", lambda: running_task(worker, "b", "w1"))
