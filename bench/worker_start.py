@@ -1,14 +1,15 @@
 """A connector's start through a worker: from the REST call that creates it to its first committed output,
 on a worker with its warm task process (the default) and on one without (``--no-warm-task``).
 
-    python bench/worker_start.py [--starts 5] [--gap 7] [--bootstrap HOST:PORT]
+    python bench/worker_start.py [--starts 5] [--gap 10] [--bootstrap HOST:PORT]
 
 Two workers of two clusters, started here and stopped by their PIDs. Each start creates a connector of its
 own (JSON in, the SQL of ``bench.workload``, exactly-once out) on one of them, in rounds whose order flips
 every round, on fresh one-partition topics whose input already holds rows (a deploy onto a live topic);
 a ``read_committed`` reader times its first output row from the create call. So the time holds what a user
 waits for: the configs topic, the worker's next tick (0.25 s at most), the task's start and its first
-epoch. Starts are ``--gap`` seconds apart: a warm worker makes its next warm process 5 s after a start.
+epoch. Starts are ``--gap`` seconds apart: a warm worker makes its next warm process 5 s after a start,
+whose imports (1-1.5 s) must be over before the other worker's start is timed.
 Without ``--bootstrap`` a private broker is started and stopped; topics made are deleted at the end.
 Results: a table on stdout and ``bench/results/<timestamp>-worker-start.json``.
 """
@@ -131,7 +132,7 @@ def time_connector_start(worker: Worker, bootstrap: str, topics: Sequence[str], 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=5, help="starts on each worker (default 5)")
-    parser.add_argument("--gap", type=float, default=7.0, help="seconds before each start (default 7)")
+    parser.add_argument("--gap", type=float, default=10.0, help="seconds before each start (default 10)")
     parser.add_argument("--bootstrap", help="use this broker instead of starting a private one")
     return parser.parse_args(argv)
 

@@ -33,10 +33,12 @@ from pathlib import Path
 
 import orjson
 
-from engine.worker.child import die_with_parent
+from engine.worker.child import die_with_parent, report_failure
 
 log = logging.getLogger(__name__)
 MODULE = "engine.worker.warm"
+MAX_EARLY_EXITS = 3
+"""Warm processes that exit before their hand-off, in a row, after which a worker stops making them."""
 
 
 def start_warm(interpreter: str, env: Mapping[str, str], output: Path,
@@ -75,8 +77,9 @@ class TaskLauncher:
 
     The next warm process is made ``settle_s`` after the last start, not at once: its imports take a core
     for about a second, which a task that has just started needs on a 2-core machine. A warm process that
-    exits before it was handed a task (killed, or it could not import) is reported and not replaced: tasks
-    start cold from then on, and a cold task reports the same import error as its own failure.
+    exits before it was handed a task (killed, by the OOM killer say) is reported and replaced; after
+    ``MAX_EARLY_EXITS`` in a row (it cannot import: a broken install) tasks start cold from then on, and a
+    cold task reports that error as its own failure.
 
     Every call comes from the supervisor's thread: ``PR_SET_PDEATHSIG`` ties a child to the thread that
     started it.
@@ -91,6 +94,7 @@ class TaskLauncher:
         self._settle_s = settle_s
         self._warm: subprocess.Popen[bytes] | None = None
         self._last_start = float("-inf")
+        self._early_exits = 0
 
     @property
     def warm_pid(self) -> int | None:
@@ -105,6 +109,7 @@ class TaskLauncher:
         if warm is not None:
             try:
                 hand_off(warm, [*self._program[1:], *arguments], env, log_file)
+                self._early_exits = 0
                 return warm
             except BrokenPipeError:  # it exited between the check and the hand-off
                 self._gone(warm)
@@ -113,8 +118,8 @@ class TaskLauncher:
     def prepare(self, now: float) -> None:
         """Make the warm process, when one is wanted, none is there and the last start has settled. One that
         cannot be made (no memory for a process, say) is reported once; tasks then start cold."""
-        if not self._warm_wanted or self._live_warm() is not None or now - self._last_start < self._settle_s:
-            return
+        if self._live_warm() is not None or not self._warm_wanted or now - self._last_start < self._settle_s:
+            return  # (a warm process found dead first: that may be what stops them)
         try:
             self._output.parent.mkdir(parents=True, exist_ok=True)
             self._warm = start_warm(self._program[0], self._env, self._output)
@@ -139,14 +144,17 @@ class TaskLauncher:
 
     def _gone(self, warm: subprocess.Popen[bytes]) -> None:
         warm.wait()
-        self._warm_wanted = False
-        log.warning("the warm task process exited before it was given a task: tasks start cold from now on",
-                    extra={"pid": warm.pid, "exit_code": warm.returncode, "output": str(self._output)})
+        self._early_exits += 1
+        self._warm_wanted = self._early_exits < MAX_EARLY_EXITS
+        log.warning("the warm task process exited before it was given a task: another is made" if self._warm_wanted
+                    else "the warm task process exited before it was given a task: tasks start cold from now on",
+                    extra={"pid": warm.pid, "exit_code": warm.returncode, "output": str(self._output),
+                           "exits_in_a_row": self._early_exits})
 
 
 def _take_output(log_file: str) -> None:
     """stdout and stderr onto the task's log (appended), stdin onto /dev/null: a cold task's descriptors."""
-    out = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    out = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask, as open() does
     devnull = os.open(os.devnull, os.O_RDONLY)
     for source, target in ((devnull, 0), (out, 1), (out, 2)):
         os.dup2(source, target)
@@ -173,8 +181,12 @@ def main() -> int:
     if not line:
         return 0
     order = orjson.loads(line)
-    _take_output(order["log_file"])
     os.environ.update(order["env"])
+    try:
+        _take_output(order["log_file"])
+    except OSError as error:  # the task's log cannot be written: its error file says why, as a cold task's would
+        report_failure(error)
+        raise
     _run(order["argv"])
     return 0
 

@@ -20,6 +20,7 @@ import pytest
 from engine.testing.worker import MemoryClusterStore
 from engine.worker.records import ConnectorRecord
 from engine.worker.supervisor import Supervisor, SupervisorSettings, Task, task_launcher
+from engine.worker.warm import MAX_EARLY_EXITS
 from tests.helpers import REPO_ROOT
 
 FAKE_TASK = (sys.executable, str(REPO_ROOT / "tests" / "helpers" / "fake_task.py"))
@@ -196,19 +197,30 @@ def test_a_task_starts_in_the_warm_process_made_ahead_and_the_next_one_is_made_o
         launcher.close()
 
 
-def test_a_warm_process_that_died_waiting_is_reported_and_tasks_start_cold_from_then_on(
+def test_a_warm_process_that_died_waiting_is_replaced_until_several_in_a_row_did_then_tasks_start_cold(
         settings: SupervisorSettings, tasks: list[Task], caplog: pytest.LogCaptureFixture) -> None:
     launcher = task_launcher(replace(settings, warm_after_s=0.0), warm=True)
+    killed = []
     launcher.prepare(time.monotonic())
-    warm = launcher.warm_pid
-    assert warm is not None
-    os.kill(warm, signal.SIGKILL)
+    for _ in range(MAX_EARLY_EXITS):
+        warm = launcher.warm_pid
+        assert warm is not None and warm not in killed, "a warm process that died was not replaced"
+        os.kill(warm, signal.SIGKILL)
+        killed.append(warm)
+        deadline = time.monotonic() + 10
+        while alive(warm):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        launcher.prepare(time.monotonic())
+    assert launcher.warm_pid is None
+    assert caplog.text.count("exited before it was given a task: another is made") == MAX_EARLY_EXITS - 1
+    assert "exited before it was given a task: tasks start cold from now on" in caplog.text
+
     wanted = record("runs-x")
     task = Task("runs-x", settings, wanted, launcher)
     tasks.append(task)
     step_until(task, lambda: wanted, lambda: bool(starts(settings, "runs-x")))
     [pid] = starts(settings, "runs-x")
-    assert pid != warm and task.pid == pid and alive(pid)
-    launcher.prepare(time.monotonic())
+    assert pid not in killed and task.pid == pid and alive(pid)
+    launcher.prepare(time.monotonic() + 60)
     assert launcher.warm_pid is None
-    assert "the warm task process exited before it was given a task" in caplog.text
