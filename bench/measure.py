@@ -30,7 +30,6 @@ import os
 import resource
 import signal
 import statistics
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -46,7 +45,7 @@ from bench.contenders import Contender, JobSpec
 from connectors.admin import end_offsets, partitions_of
 from connectors.fetched import make_fetcher, ready_messages
 from connectors.source import FETCH_DEFAULTS
-from engine.worker.warm import hand_off, start_warm
+from engine.worker.warm import hand_off, start_cold, start_warm
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +68,15 @@ class ChildProcess:
                  *, warm: bool = False) -> None:
         """``warm``: ``command`` is handed to a warm task process (``engine.worker.warm``, what a worker starts
         its tasks in) once that has imported a task's modules and gone idle; ``started_at`` is the hand-off."""
+        environment = env if env is not None else os.environ
         if warm:
-            self.process = start_warm(command[0], env if env is not None else os.environ, log_path, cwd=cwd)
+            self.process = start_warm(command[0], environment, log_path, cwd=cwd)
             wait_until_idle(self.process.pid)
             self.started_at = time.time()
             hand_off(self.process, command[1:], {}, log_path)
         else:
             self.started_at = time.time()  # wall clock, like the tailer's arrival times
-            with open(log_path, "ab") as log_file:  # the child keeps its own copy of the descriptor
-                self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+            self.process = start_cold(command, environment, log_path, cwd=cwd)
         self.usage: Usage | None = None
         self._peak_rss_kb = 0
 

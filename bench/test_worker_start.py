@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.run import delete_or_warn
-from bench.worker_start import KINDS, start_worker, time_connector_start, write_input
+from bench.worker_start import INPUT_ROWS, KINDS, start_worker, time_connector_start
+from bench.workload import generate_input
 from connectors.admin import create_topics
 
 
@@ -17,7 +18,7 @@ def test_a_connector_created_on_a_worker_is_timed_from_the_call_to_its_first_com
         kafka_bootstrap: str, tmp_path: Path, kind: str) -> None:
     topics = [f"worker-start-{kind}-{tmp_path.name}-{role}" for role in ("in", "out", "dlq")]
     create_topics(kafka_bootstrap, topics)
-    write_input(kafka_bootstrap, topics[0])
+    generate_input(kafka_bootstrap, topics[0], INPUT_ROWS, "json")
     worker = start_worker(kind, kafka_bootstrap, tmp_path)
     try:
         seconds = time_connector_start(worker, kafka_bootstrap, topics, f"start-{kind}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import statistics
@@ -39,7 +38,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.report import machine
 from bench.run import RESULTS_DIR, broker, byte_compile_project, delete_or_warn, versions
-from bench.workload import INPUT_SCHEMA, SQL, codec, make_record, new_producer
+from bench.workload import INPUT_SCHEMA, SQL, generate_input
 from connectors.admin import create_topics
 from engine.ports import free_port
 from engine.worker.client import WorkerApiError, WorkerClient
@@ -99,17 +98,6 @@ def connector_config(topics: Sequence[str]) -> dict[str, object]:
             "sink": {"topic": sink}, "dead_letter": {"topic": dead_letter}}
 
 
-def write_input(bootstrap: str, topic: str) -> None:
-    encode, rng = codec("json", INPUT_SCHEMA).encode, random.Random(5)
-    producer = new_producer(bootstrap)
-    for record_id in range(INPUT_ROWS):
-        row = make_record(record_id, rng)
-        row["amount"] = abs(row["amount"])
-        producer.produce(topic, key=str(record_id).encode(), value=encode(row))
-    if producer.flush(30):
-        raise RuntimeError(f"the input rows did not reach {topic} within 30 s")
-
-
 def time_connector_start(worker: Worker, bootstrap: str, topics: Sequence[str], name: str) -> float:
     """Seconds from the create call to the first committed output row (a reader assigned beforehand)."""
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{name}",
@@ -154,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     topics = [f"bench-{stamp}-{name}-{role}" for role in ("in", "out", "dlq")]
                     made.extend(topics)
                     create_topics(bootstrap, topics)
-                    write_input(bootstrap, topics[0])
+                    generate_input(bootstrap, topics[0], INPUT_ROWS, "json")
                     time.sleep(args.gap)
                     seconds = time_connector_start(worker, bootstrap, topics, name)
                     times[worker.kind].append(round(seconds, 3))

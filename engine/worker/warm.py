@@ -47,9 +47,10 @@ def start_warm(interpreter: str, env: Mapping[str, str], output: Path,
     return _start([interpreter, "-m", MODULE], env, output, stdin=subprocess.PIPE, cwd=cwd)
 
 
-def start_cold(command: Sequence[str], env: Mapping[str, str], log_file: Path) -> subprocess.Popen[bytes]:
+def start_cold(command: Sequence[str], env: Mapping[str, str], log_file: Path,
+               cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """``command`` in a process of its own session, as a task: stdin empty, stdout and stderr to ``log_file``."""
-    return _start(command, env, log_file, stdin=subprocess.DEVNULL)
+    return _start(command, env, log_file, stdin=subprocess.DEVNULL, cwd=cwd)
 
 
 def _start(command: Sequence[str], env: Mapping[str, str], output: Path, stdin: int,
