@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repo's packages (bench, connectors) importable
@@ -40,56 +36,17 @@ from bench.report import machine
 from bench.run import RESULTS_DIR, broker, byte_compile_project, delete_or_warn, versions
 from bench.workload import INPUT_SCHEMA, SQL, generate_input
 from connectors.admin import create_topics
-from engine.ports import free_port
-from engine.worker.client import WorkerApiError, WorkerClient
+from engine.testing import LocalWorker, WorkerProcessFailed, start_local_worker
 
 KINDS = {"warm": (), "cold": ("--no-warm-task",)}
 """Each kind of worker and the flags that make it."""
 INPUT_ROWS = 10
 
 
-@dataclass
-class Worker:
-    kind: str
-    process: subprocess.Popen[bytes]
-    url: str
-
-    def client(self) -> WorkerClient:
-        return WorkerClient(self.url, None, timeout_s=30.0)
-
-    def stop(self) -> None:
-        """SIGTERM (every task commits and exits), SIGKILL after 60 s."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(30)
-
-
-def start_worker(kind: str, bootstrap: str, workdir: Path) -> Worker:
-    """A worker of a cluster of its own, answering its API (within 60 s)."""
-    port, cluster = free_port(), f"bench-{kind}-{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, "-m", "engine.cli", "--log-format", "json", "worker", "--cluster", cluster,
-               "--rest", f"127.0.0.1:{port}", "--instance", kind, "--state-dir", str(workdir / kind),
-               "--bootstrap-servers", bootstrap, *KINDS[kind]]
-    env = {key: value for key, value in os.environ.items() if key != "EPOCHLINE_API_TOKEN"}
-    with open(workdir / f"worker-{kind}.log", "ab") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=env, cwd=workdir, start_new_session=True)
-    worker = Worker(kind, process, f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with worker.client() as client:
-                client.info()
-            return worker
-        except WorkerApiError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                worker.stop()
-                raise RuntimeError(f"the {kind} worker did not start; see {workdir / f'worker-{kind}.log'}") from None
-            time.sleep(0.2)
+def start_worker(kind: str, bootstrap: str, workdir: Path) -> LocalWorker:
+    """A worker of a cluster of its own (``engine.testing.start_local_worker``), answering its API."""
+    return start_local_worker(workdir, bootstrap, f"bench-{kind}-{uuid.uuid4().hex[:8]}", kind, cwd=workdir,
+                              extra_args=KINDS[kind])
 
 
 def connector_config(topics: Sequence[str]) -> dict[str, object]:
@@ -98,7 +55,7 @@ def connector_config(topics: Sequence[str]) -> dict[str, object]:
             "sink": {"topic": sink}, "dead_letter": {"topic": dead_letter}}
 
 
-def time_connector_start(worker: Worker, bootstrap: str, topics: Sequence[str], name: str) -> float:
+def time_connector_start(worker: LocalWorker, bootstrap: str, topics: Sequence[str], name: str) -> float:
     """Seconds from the create call to the first committed output row (a reader assigned beforehand)."""
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{name}",
                        "isolation.level": "read_committed", "enable.auto.commit": False})
@@ -112,7 +69,7 @@ def time_connector_start(worker: Worker, bootstrap: str, topics: Sequence[str], 
                 message = reader.poll(0.5)
                 if message is not None and message.error() is None:
                     return time.monotonic() - began
-            raise RuntimeError(f"{name} on the {worker.kind} worker wrote nothing within 60 s")
+            raise RuntimeError(f"{name} on the {worker.name} worker wrote nothing within 60 s")
     finally:
         reader.close()
 
@@ -133,23 +90,26 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {kind: [] for kind in KINDS}
     made: list[str] = []
     with broker(args.bootstrap) as (bootstrap, _):
-        workers: list[Worker] = []
+        workers: list[LocalWorker] = []
         try:
             workers = [start_worker(kind, bootstrap, workdir) for kind in KINDS]
             for number in range(args.starts):
                 for worker in workers if number % 2 == 0 else reversed(workers):
-                    name = f"start-{worker.kind}-{number}"
+                    name = f"start-{worker.name}-{number}"
                     topics = [f"bench-{stamp}-{name}-{role}" for role in ("in", "out", "dlq")]
                     made.extend(topics)
                     create_topics(bootstrap, topics)
                     generate_input(bootstrap, topics[0], INPUT_ROWS, "json")
                     time.sleep(args.gap)
                     seconds = time_connector_start(worker, bootstrap, topics, name)
-                    times[worker.kind].append(round(seconds, 3))
-                    print(f"  {worker.kind}: created -> first output {seconds:.3f} s")
+                    times[worker.name].append(round(seconds, 3))
+                    print(f"  {worker.name}: created -> first output {seconds:.3f} s")
         finally:
             for worker in workers:
-                worker.stop()
+                try:
+                    worker.stop(60)
+                except WorkerProcessFailed as error:  # killed by then: report it, stop the others
+                    print(f"warning: {error}", file=sys.stderr)
             delete_or_warn(bootstrap, made)
     medians = {kind: round(statistics.median(values), 3) for kind, values in times.items() if values}
     print("median seconds from the create call to the first committed output: "

@@ -437,7 +437,7 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, client_config: Clie
         except TimeoutError as exc:
             raise TopicAdminError(f"creating topic {name!r} on {bootstrap}: no answer within {timeout:g}s") from exc
         else:
-            _await_leaders(admin, bootstrap, name, partitions, deadline, timeout)
+            _await_leaders(admin, bootstrap, name, partitions, deadline, timeout, wanted)
             log.info("topic created", extra={"topic": name, "partitions": partitions, "cleanup_policy": policy})
             return True
         existing = _described_once_known(admin, bootstrap, name, deadline, wanted)
@@ -449,8 +449,10 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, client_config: Clie
 
 
 def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadline: float,
-                           wanted: str) -> int | None:
-    """The topic's partition count, None when it does not exist; retriable answers are asked again."""
+                           wanted: str, *, created: bool = False) -> int | None:
+    """The topic's partition count, None when it does not exist; retriable answers are asked again. Kafka
+    does not say whether a topic exists to whom may not describe it, so that is None too (creating tells),
+    unless the topic is known to exist (``created``): then it is ``TopicNotAuthorized``."""
     while True:
         remaining = max(0.1, deadline - time.monotonic())
         [future] = admin.describe_topics(TopicCollection([name]), request_timeout=remaining).values()
@@ -461,7 +463,8 @@ def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadli
             if error.code() in MISSING_TOPIC_ERRORS:
                 return None
             if error.code() in _AUTHORIZATION_CODES:
-                # Kafka does not say whether a topic exists to whom may not describe it: creating tells.
+                if created:
+                    raise _may_not_describe(bootstrap, name, wanted, error) from exc
                 return None
             if not error.retriable() or time.monotonic() + 0.2 >= deadline:
                 kind = KafkaUnreachable if error.code() in _UNREACHABLE_CODES else TopicAdminError
@@ -477,7 +480,7 @@ def _described_once_known(admin: AdminClient, bootstrap: str, name: str, deadlin
     it a moment after the controller (seen once: the description said it did not exist), so it is asked
     again for ``MISSING_TOPIC_GRACE_S``."""
     grace_ends = min(deadline, time.monotonic() + MISSING_TOPIC_GRACE_S)
-    while (existing := _topic_partition_count(admin, bootstrap, name, deadline, wanted)) is None:
+    while (existing := _topic_partition_count(admin, bootstrap, name, deadline, wanted, created=True)) is None:
         if time.monotonic() >= grace_ends:
             raise TopicAdminError(f"topic {name!r} on {bootstrap}: creation said it exists, but it is not "
                                   f"described after {MISSING_TOPIC_GRACE_S:g}s")
@@ -486,9 +489,9 @@ def _described_once_known(admin: AdminClient, bootstrap: str, name: str, deadlin
 
 
 def _await_leaders(admin: AdminClient, bootstrap: str, name: str, partitions: int, deadline: float,
-                   timeout: float) -> None:
+                   timeout: float, wanted: str) -> None:
     """Wait until the new topic's description shows every partition with a leader: clients that use it at
-    once then find it."""
+    once then find it. A principal that may create it but not describe it is told so at once."""
     while True:
         remaining = max(0.1, deadline - time.monotonic())
         [future] = admin.describe_topics(TopicCollection([name]), request_timeout=remaining).values()
@@ -496,12 +499,20 @@ def _await_leaders(admin: AdminClient, bootstrap: str, name: str, partitions: in
             described = future.result(remaining + 1.0).partitions
             if len(described) == partitions and all(p.leader is not None and p.leader.id >= 0 for p in described):
                 return
-        except (KafkaException, TimeoutError):
+        except KafkaException as exc:
+            if exc.args[0].code() in _AUTHORIZATION_CODES:
+                raise _may_not_describe(bootstrap, name, wanted, exc.args[0]) from exc
+        except TimeoutError:
             pass  # not propagated yet
         if time.monotonic() + 0.1 >= deadline:
             raise TopicAdminError(f"topic {name!r} was created on {bootstrap} but its partitions have no leader "
                                   f"after {timeout:g}s")
         time.sleep(0.1)
+
+
+def _may_not_describe(bootstrap: str, name: str, wanted: str, error: KafkaError) -> TopicNotAuthorized:
+    return TopicNotAuthorized(f"the principal may not describe topic {name!r} on {bootstrap} ({error.name()}), "
+                              f"which exists, so it cannot check it has {wanted}: grant DESCRIBE (or READ) on it")
 
 
 def _check_cleanup_policy(admin: AdminClient, bootstrap: str, name: str, compacted: bool, deadline: float) -> None:

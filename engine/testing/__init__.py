@@ -14,7 +14,8 @@ imports this package; the CLI loads its parts only for ``epochline broker`` and 
 - ``faults``: crash the process at a named moment of the protocol;
 - ``pytest_plugin``: the ``kafka_bootstrap`` fixture (entry point ``pytest11``);
 - ``browser``: a page rendered by headless Chromium (Debian's), for the worker's status page;
-- ``worker``: in-memory stand-ins for the worker cluster's topics and Kafka calls, for the API's specifications.
+- ``worker``: in-memory stand-ins for the worker cluster's topics and Kafka calls, for the API's specifications;
+- ``local_worker``: ``epochline worker`` as a real process on a test's broker, to deploy connectors to over REST.
 
 A test in a few lines::
 
@@ -29,8 +30,15 @@ from engine.testing.auth import ClientAuth, ScramKafka, create_principal
 from engine.testing.cluster import LocalCluster
 from engine.testing.containers import KafkaContainer, docker_unavailable_reason
 from engine.testing.driver import DriverRecord, DriverSnapshot, TransformTestDriver
-from engine.testing.errors import ContainerStartFailed, KafkaTestError, ProduceFailed, ReadFailed
+from engine.testing.errors import (
+    ContainerStartFailed,
+    KafkaTestError,
+    ProduceFailed,
+    ReadFailed,
+    WorkerProcessFailed,
+)
 from engine.testing.local_broker import LocalBroker
+from engine.testing.local_worker import LocalWorker, start_local_worker
 from engine.testing.pipelines import run_pipeline
 from engine.testing.topics import create_unique_topic, produce_rows, produce_transactions, read_topic, read_values
 
@@ -43,10 +51,12 @@ __all__ = [
     "KafkaTestError",
     "LocalBroker",
     "LocalCluster",
+    "LocalWorker",
     "ProduceFailed",
     "ReadFailed",
     "ScramKafka",
     "TransformTestDriver",
+    "WorkerProcessFailed",
     "create_principal",
     "create_unique_topic",
     "docker_unavailable_reason",
@@ -56,4 +66,5 @@ __all__ = [
     "read_topic",
     "read_values",
     "run_pipeline",
+    "start_local_worker",
 ]

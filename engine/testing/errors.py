@@ -17,3 +17,8 @@ class ProduceFailed(KafkaTestError):
 
 class ReadFailed(KafkaTestError):
     """A topic could not be read to its end offsets in time, or a record did not decode."""
+
+
+class WorkerProcessFailed(KafkaTestError):
+    """A worker started for a test exited, did not answer its API in time, or did not stop; the message
+    carries the tail of its log."""

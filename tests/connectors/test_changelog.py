@@ -11,11 +11,18 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+)
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourceType
 
 from connectors.admin import (
+    MISSING_TOPIC_GRACE_S,
     KafkaUnreachable,
     TopicMismatch,
     TopicNotAuthorized,
@@ -37,7 +44,7 @@ from connectors.changelog import (
     state_record,
 )
 from engine.ports import free_port
-from engine.testing.auth import ScramKafka
+from engine.testing.auth import ScramKafka, grant
 from engine.testing.topics import create_unique_topic
 
 TIMEOUT = 30.0
@@ -380,6 +387,24 @@ def test_ensure_topic_without_create_permission_names_the_topic_and_how_to_creat
     with pytest.raises(TopicNotAuthorized, match=rf"may not create topic '{topic}'.*3 partitions, "
                                                  r"cleanup.policy=compact"):
         ensure_topic(kafka_scram.bootstrap, topic, 3, user.settings, compacted=True, timeout=TIMEOUT)
+
+
+@pytest.mark.auth
+def test_a_principal_that_may_create_but_not_describe_a_topic_is_told_so_at_once_before_and_after_it_exists(
+        kafka_scram: ScramKafka) -> None:
+    topic = changelog_topic(unique("auth"), "window")
+    user = kafka_scram.create_principal(unique("create-only"))
+    grant(kafka_scram.admin_config, [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, user.principal,
+                                                "*", AclOperation.CREATE, AclPermissionType.ALLOW)])
+
+    for attempt in ("creates it", "finds it made"):
+        started = time.monotonic()
+        with pytest.raises(TopicNotAuthorized, match=rf"may not describe topic '{topic}'.*which exists.*"
+                                                     r"2 partitions, cleanup.policy=compact.*grant DESCRIBE"):
+            ensure_topic(kafka_scram.bootstrap, topic, 2, user.settings, compacted=True, timeout=TIMEOUT)
+        waited = time.monotonic() - started
+        assert waited < MISSING_TOPIC_GRACE_S, f"the call that {attempt} waited {waited:.1f}s"
+    assert partitions_of(kafka_scram.bootstrap, topic, client_config=kafka_scram.admin_config) == [0, 1]
 
 
 @pytest.mark.auth

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from connectors.admin import create_topic
-from engine.testing import produce_transactions, read_values
+from engine.testing import LocalWorker, produce_transactions, read_values
 from engine.testing.auth import ScramKafka
-from tests.helpers.worker_process import WorkerProcess, start_worker, wait_for
+from tests.helpers.worker_process import start_worker, wait_for
 
 pytestmark = [pytest.mark.auth, pytest.mark.timeout(300)]
 PASSWORD_VARIABLE = "EPOCHLINE_TEST_WORKER_PASSWORD"
@@ -33,7 +33,7 @@ def test_a_worker_and_its_tasks_authenticate_by_reference_and_never_show_the_pas
     by_reference = {**admin.settings, "sasl.password": f"${{env:{PASSWORD_VARIABLE}}}"}
     client_file = tmp_path / "kafka-client.yaml"
     client_file.write_text(yaml.safe_dump(by_reference))
-    worker: WorkerProcess | None = None
+    worker: LocalWorker | None = None
     try:
         worker = start_worker(tmp_path, kafka_scram.bootstrap, name, "w1", env={PASSWORD_VARIABLE: admin.password},
                               extra_args=("--kafka-client", str(client_file)))

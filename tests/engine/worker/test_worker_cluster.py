@@ -20,21 +20,21 @@ import yaml
 
 from connectors.admin import create_topic
 from engine.cli import main
-from engine.testing import read_values
+from engine.testing import LocalWorker, read_values
 from engine.testing.browser import render_page, visible_text
 from engine.worker.client import WorkerApiError
 from tests.helpers.connector_process import LiveInput, produce_values
 from tests.helpers.transforms import FAIL_FLAG_ENV
-from tests.helpers.worker_process import WorkerProcess, start_worker, wait_for
+from tests.helpers.worker_process import start_worker, wait_for
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
 PARTITIONS = 4
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[Path, str, list[WorkerProcess]]]:
+def cluster(tmp_path: Path) -> Iterator[tuple[Path, str, list[LocalWorker]]]:
     """A fresh cluster name and the workers a test started, each stopped by its PID afterwards."""
-    workers: list[WorkerProcess] = []
+    workers: list[LocalWorker] = []
     yield tmp_path, f"cluster-{uuid.uuid4().hex[:8]}", workers
     for worker in workers:
         worker.kill()
@@ -66,18 +66,18 @@ def wait_for_output(bootstrap: str, topic: str, count: int, timeout_s: float = 1
                                                             else None), timeout_s, every_s=1.0)
 
 
-def task_states(worker: WorkerProcess, name: str) -> dict[str, dict[str, Any]]:
+def task_states(worker: LocalWorker, name: str) -> dict[str, dict[str, Any]]:
     with worker.client() as client:
         return {task["worker_id"]: task for task in client.status(name)["tasks"]}
 
 
-def running_task(worker: WorkerProcess, name: str, on: str) -> dict[str, Any] | None:
+def running_task(worker: LocalWorker, name: str, on: str) -> dict[str, Any] | None:
     task = task_states(worker, name).get(on)
     return task if task is not None and task["state"] == "RUNNING" and task["pid"] else None
 
 
 def test_a_connector_deployed_over_rest_switches_sql_mid_stream_exactly_once_and_its_neighbour_never_restarts(
-        kafka_bootstrap: str, cluster: tuple[Path, str, list[WorkerProcess]]) -> None:
+        kafka_bootstrap: str, cluster: tuple[Path, str, list[LocalWorker]]) -> None:
     directory, name, workers = cluster
     worker = start_worker(directory, kafka_bootstrap, name, "w1")
     workers.append(worker)
@@ -118,7 +118,7 @@ def test_a_connector_deployed_over_rest_switches_sql_mid_stream_exactly_once_and
 
 
 def test_two_workers_share_a_connector_and_a_worker_killed_repeatedly_loses_and_repeats_nothing(
-        kafka_bootstrap: str, cluster: tuple[Path, str, list[WorkerProcess]]) -> None:
+        kafka_bootstrap: str, cluster: tuple[Path, str, list[LocalWorker]]) -> None:
     directory, name, workers = cluster
     first = start_worker(directory, kafka_bootstrap, name, "w1")
     second = start_worker(directory, kafka_bootstrap, name, "w2")
@@ -145,7 +145,7 @@ def test_two_workers_share_a_connector_and_a_worker_killed_repeatedly_loses_and_
 
 
 def test_pause_resume_stop_offset_reset_and_a_failing_task_that_restart_brings_back(
-        kafka_bootstrap: str, cluster: tuple[Path, str, list[WorkerProcess]], tmp_path: Path) -> None:
+        kafka_bootstrap: str, cluster: tuple[Path, str, list[LocalWorker]], tmp_path: Path) -> None:
     directory, name, workers = cluster
     flag = tmp_path / "fail-flag"
     worker = start_worker(directory, kafka_bootstrap, name, "w1", extra_args=("--max-task-failures", "2"),
@@ -199,7 +199,7 @@ def test_pause_resume_stop_offset_reset_and_a_failing_task_that_restart_brings_b
 
 
 def test_the_api_reports_bad_configs_per_field_and_bad_requests_by_reason(
-        kafka_bootstrap: str, cluster: tuple[Path, str, list[WorkerProcess]]) -> None:
+        kafka_bootstrap: str, cluster: tuple[Path, str, list[LocalWorker]]) -> None:
     directory, name, workers = cluster
     worker = start_worker(directory, kafka_bootstrap, name, "w1")
     workers.append(worker)
@@ -221,7 +221,7 @@ def test_the_api_reports_bad_configs_per_field_and_bad_requests_by_reason(
 
 
 def test_a_worker_needs_a_token_off_loopback_and_never_shows_a_configured_password(
-        kafka_bootstrap: str, cluster: tuple[Path, str, list[WorkerProcess]], capsys: pytest.CaptureFixture[str],
+        kafka_bootstrap: str, cluster: tuple[Path, str, list[LocalWorker]], capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     directory, name, workers = cluster
     monkeypatch.delenv("EPOCHLINE_API_TOKEN", raising=False)
@@ -233,7 +233,7 @@ def test_a_worker_needs_a_token_off_loopback_and_never_shows_a_configured_passwo
     workers.append(worker)
     source, sink, dead_letter = topics(kafka_bootstrap, f"{name}-s", partitions=1)
     produce_values(kafka_bootstrap, source, ids(10), 1)
-    anonymous = WorkerProcess(worker.name, worker.port, worker.state_dir, worker.log_path, worker.process)
+    anonymous = LocalWorker(worker.name, worker.port, worker.state_dir, worker.log_path, worker.process)
     with anonymous.client() as client, pytest.raises(WorkerApiError) as unauthorized:
         client.list()
     assert unauthorized.value.status_code == 401
@@ -253,7 +253,7 @@ def test_a_worker_needs_a_token_off_loopback_and_never_shows_a_configured_passwo
 
 
 def test_connectors_apply_makes_a_folder_of_yaml_files_the_running_set(
-        kafka_bootstrap: str, cluster: tuple[Path, str, list[WorkerProcess]], capsys: pytest.CaptureFixture[str],
+        kafka_bootstrap: str, cluster: tuple[Path, str, list[LocalWorker]], capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
     directory, name, workers = cluster
     worker = start_worker(directory, kafka_bootstrap, name, "w1")
