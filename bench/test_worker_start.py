@@ -19,15 +19,17 @@ def test_a_connector_created_on_a_worker_is_timed_from_the_call_to_its_first_com
     topics = [f"worker-start-{kind}-{tmp_path.name}-{role}" for role in ("in", "out", "dlq")]
     create_topics(kafka_bootstrap, topics)
     generate_input(kafka_bootstrap, topics[0], INPUT_ROWS, "json")
-    worker = start_worker(kind, kafka_bootstrap, tmp_path)
     try:
-        seconds = time_connector_start(worker, kafka_bootstrap, topics, f"start-{kind}")
-        with worker.client() as client:
-            [task] = client.status(f"start-{kind}")["tasks"]
-        command = Path(f"/proc/{task['pid']}/cmdline").read_bytes().split(b"\0")
+        worker = start_worker(kind, kafka_bootstrap, tmp_path)
+        try:
+            seconds = time_connector_start(worker, kafka_bootstrap, topics, f"start-{kind}")
+            with worker.client() as client:
+                [task] = client.status(f"start-{kind}")["tasks"]
+            command = Path(f"/proc/{task['pid']}/cmdline").read_bytes().split(b"\0")
+        finally:
+            exit_code = worker.stop(60)
     finally:
-        worker.stop()
         delete_or_warn(kafka_bootstrap, topics)
     assert 0 < seconds < 60
-    assert task["state"] == "RUNNING" and worker.process.returncode == 0
+    assert task["state"] == "RUNNING" and exit_code == 0
     assert (b"engine.worker.warm" in command) == (kind == "warm"), f"the {kind} worker's task ran {command}"

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     with broker(args.bootstrap) as (bootstrap, _):
         workers: list[LocalWorker] = []
         try:
-            workers = [start_worker(kind, bootstrap, workdir) for kind in KINDS]
+            for kind in KINDS:  # one by one: a second that fails to start leaves the first to be stopped
+                workers.append(start_worker(kind, bootstrap, workdir))
             for number in range(args.starts):
                 for worker in workers if number % 2 == 0 else reversed(workers):
                     name = f"start-{worker.name}-{number}"

@@ -449,10 +449,10 @@ def ensure_topic(bootstrap: str, name: str, partitions: int, client_config: Clie
 
 
 def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadline: float,
-                           wanted: str, *, created: bool = False) -> int | None:
+                           wanted: str, *, known_to_exist: bool = False) -> int | None:
     """The topic's partition count, None when it does not exist; retriable answers are asked again. Kafka
     does not say whether a topic exists to whom may not describe it, so that is None too (creating tells),
-    unless the topic is known to exist (``created``): then it is ``TopicNotAuthorized``."""
+    unless the topic is known to exist (``known_to_exist``): then it is ``TopicNotAuthorized``."""
     while True:
         remaining = max(0.1, deadline - time.monotonic())
         [future] = admin.describe_topics(TopicCollection([name]), request_timeout=remaining).values()
@@ -463,7 +463,7 @@ def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadli
             if error.code() in MISSING_TOPIC_ERRORS:
                 return None
             if error.code() in _AUTHORIZATION_CODES:
-                if created:
+                if known_to_exist:
                     raise _may_not_describe(bootstrap, name, wanted, error) from exc
                 return None
             if not error.retriable() or time.monotonic() + 0.2 >= deadline:
@@ -480,7 +480,7 @@ def _described_once_known(admin: AdminClient, bootstrap: str, name: str, deadlin
     it a moment after the controller (seen once: the description said it did not exist), so it is asked
     again for ``MISSING_TOPIC_GRACE_S``."""
     grace_ends = min(deadline, time.monotonic() + MISSING_TOPIC_GRACE_S)
-    while (existing := _topic_partition_count(admin, bootstrap, name, deadline, wanted, created=True)) is None:
+    while (existing := _topic_partition_count(admin, bootstrap, name, deadline, wanted, known_to_exist=True)) is None:
         if time.monotonic() >= grace_ends:
             raise TopicAdminError(f"topic {name!r} on {bootstrap}: creation said it exists, but it is not "
                                   f"described after {MISSING_TOPIC_GRACE_S:g}s")
@@ -511,8 +511,8 @@ def _await_leaders(admin: AdminClient, bootstrap: str, name: str, partitions: in
 
 
 def _may_not_describe(bootstrap: str, name: str, wanted: str, error: KafkaError) -> TopicNotAuthorized:
-    return TopicNotAuthorized(f"the principal may not describe topic {name!r} on {bootstrap} ({error.name()}), "
-                              f"which exists, so it cannot check it has {wanted}: grant DESCRIBE (or READ) on it")
+    return TopicNotAuthorized(f"the principal may not describe topic {name!r} on {bootstrap} ({error.name()}), so "
+                              f"whether it has {wanted} cannot be checked: grant DESCRIBE (or READ) on it")
 
 
 def _check_cleanup_policy(admin: AdminClient, bootstrap: str, name: str, compacted: bool, deadline: float) -> None:

@@ -36,18 +36,31 @@ TXN_CALL_S = 5.0
 """How long one ``send_offsets_to_transaction`` or ``commit_transaction`` call is asked to wait. A call that
 times out is retried (librdkafka resumes the operation in flight) until ``with_retries``' deadline, so a slow
 commit still completes. A stop signal does not wait for it: with the transaction coordinator gone,
-``send_offsets_to_transaction`` waits out its 20 s request timeout whatever it is given, so
+``send_offsets_to_transaction`` waits out its request timeout (``socket.timeout.ms``) whatever it is given, so
 ``within_deadline`` gives up on the call in flight when a stop is requested (``CallAbandoned``)."""
-WEDGED_AFTER_S = 30.0
-"""How long a ``send_offsets_to_transaction`` or ``commit_transaction`` call may stay in flight before the
-producer is given up as wedged (``within_deadline``) and the connector restarts from its last committed
-checkpoint with a new producer. A call asked to wait ``TXN_CALL_S`` returns within it, or within the 20 s
-request timeout above when the transaction coordinator is gone; after the broker holding the group
-coordinator restarts, ``send_offsets_to_transaction`` may never return (librdkafka #5456, #5511: so in 7 of 8
-single-broker restarts measured, the broker back 10 s after it went). Giving up loses no epoch (the new
-producer's ``init_transactions`` fences this one and the epoch is replayed), so the bound is the working
-call's worst case with a margin, not more: a run of 60k records through such a restart
-(``test_pipeline_recovers_from_a_broker_restart_with_exact_output``) took 126-135 s with 90 s, 44-66 s with 30."""
+WEDGE_MARGIN_S = 10.0
+"""Beyond the longest a working call takes, before it is given up as wedged (``wedged_after_s``)."""
+
+
+def wedged_after_s(settings: SinkSettings) -> float:
+    """How long a ``send_offsets_to_transaction`` or ``commit_transaction`` call may stay in flight before the
+    producer is given up as wedged (``within_deadline``) and the connector restarts from its last committed
+    checkpoint with a new producer.
+
+    A working call returns within ``TXN_CALL_S`` once its request is answered, and a request waits at most
+    ``socket.timeout.ms``: as set (``kafka.client``, ``sink.producer``), else librdkafka's default for a
+    transactional producer, 0.1 s under the transaction timeout (it refuses a setting above the transaction
+    timeout, after which the broker has aborted the transaction anyway). A call past that is wedged: after
+    the broker holding the group coordinator restarts, ``send_offsets_to_transaction`` may never return
+    (librdkafka #5456, #5511: so in 9 of 11 single-broker restarts measured, the broker back 10 s after it
+    went). Giving up loses no epoch (the new producer's ``init_transactions`` fences this one, completing a
+    commit that reached the coordinator and aborting anything else), so the bound is a working call's worst
+    case plus ``WEDGE_MARGIN_S``, not more: a run of 60k records through such a restart
+    (``test_pipeline_recovers_from_a_broker_restart_with_exact_output``, 10 s transaction timeout, so 25 s
+    here) took 126-135 s with the fixed 90 s bound this replaces, 44-61 s with this one."""
+    configured = settings.producer_config.get("socket.timeout.ms")
+    request_timeout_ms = int(configured) if configured is not None else max(settings.transaction_timeout_ms - 100, 900)
+    return request_timeout_ms / 1000 + TXN_CALL_S + WEDGE_MARGIN_S
 
 
 class TransactionalKafkaSink(KafkaWriter):
@@ -70,6 +83,7 @@ class TransactionalKafkaSink(KafkaWriter):
         self._rows_proven = False
         """Whether an epoch whose rows went record by record has committed since the last abort."""
         self._rows_this_epoch = False
+        self._wedged_after_s = wedged_after_s(settings)
 
     def write(self, table: pa.Table) -> Produced:
         """Encode and produce every row: through the C module once rows are proven to commit, else (and
@@ -121,7 +135,7 @@ class TransactionalKafkaSink(KafkaWriter):
             if self._before_commit is not None:
                 self._before_commit()
             with_retries(lambda: within_deadline(lambda: self.producer.commit_transaction(TXN_CALL_S),
-                                                 "commit_transaction", WEDGED_AFTER_S, self.interrupted),
+                                                 "commit_transaction", self._wedged_after_s, self.interrupted),
                          f"commit_transaction({names})", interrupted=self.interrupted)
         except (ProducerWedged, CallAbandoned):
             self._wedged = True
@@ -133,8 +147,8 @@ class TransactionalKafkaSink(KafkaWriter):
     def _send_offsets(self, commit: OffsetCommit, names: str) -> None:
         with_retries(lambda: within_deadline(
             lambda: self.producer.send_offsets_to_transaction(commit.offsets, commit.group_metadata, TXN_CALL_S),
-            "send_offsets_to_transaction", WEDGED_AFTER_S, self.interrupted), f"send_offsets_to_transaction({names})",
-            interrupted=self.interrupted)
+            "send_offsets_to_transaction", self._wedged_after_s, self.interrupted),
+            f"send_offsets_to_transaction({names})", interrupted=self.interrupted)
 
     def _fatal_cause(self) -> KafkaError | None:
         """librdkafka names a transactional producer's fatal error (fenced by a newer instance, ...) only

@@ -50,6 +50,25 @@ restored, a missing topic (to read or to write), a refused permission."""
 MAX_RESTART_BACKOFF_S = 30.0
 
 
+@dataclass
+class RestartBudget:
+    """Restarts after recoverable failures: at most ``limit`` in a row without a checkpoint committed between
+    them, each after a backoff that doubles from ``first_backoff_s`` up to ``MAX_RESTART_BACKOFF_S``. A run
+    that commits again starts both over, so a connector running for months through the odd broker restart is
+    not given up at its eleventh (as a budget for the run's whole life would)."""
+
+    limit: int
+    first_backoff_s: float
+    in_a_row: int = 0
+
+    def next_backoff(self, committed_since_last_restart: bool) -> float | None:
+        """The backoff before the next restart; None once ``limit`` restarts in a row did not commit."""
+        self.in_a_row = 1 if committed_since_last_restart else self.in_a_row + 1
+        if self.in_a_row > self.limit:
+            return None
+        return min(self.first_backoff_s * 2.0 ** (self.in_a_row - 1), MAX_RESTART_BACKOFF_S)
+
+
 class RunProgress(Protocol):
     """Told, with ``--stop-at-end``, where the input ends and, after every cycle, where the sources stand."""
 
@@ -114,7 +133,7 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     if options.progress is not None and stop_at is not None:
         options.progress.begin(stop_at)
     observer = options.progress.positions if options.progress is not None else None
-    restarts = 0
+    restarts = RestartBudget(options.max_restarts, options.restart_backoff_s)
     while True:
         pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, instance=instance,
                                  cycle_observer=observer, stop=stop)
@@ -133,13 +152,12 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
         except PERMANENT_FAILURES as permanent:
             raise ConnectorFailed(f"{config.name}: {permanent}") from permanent
         except (SinkError, SourceUnavailable) as error:
-            restarts += 1
-            if restarts > options.max_restarts:
-                raise ConnectorFailed(
-                    f"{config.name}: giving up after {options.max_restarts} restarts: {error}") from error
-            backoff = min(options.restart_backoff_s * 2 ** (restarts - 1), MAX_RESTART_BACKOFF_S)
+            backoff = restarts.next_backoff(committed_since_last_restart=coordinator.checkpoints_committed > 0)
+            if backoff is None:
+                raise ConnectorFailed(f"{config.name}: giving up after {options.max_restarts} restarts in a row "
+                                      f"without a committed checkpoint: {error}") from error
             log.warning("restarting connector from the last committed checkpoint",
-                        extra={"connector": config.name, "error": str(error), "restart": restarts,
+                        extra={"connector": config.name, "error": str(error), "restart": restarts.in_a_row,
                                "backoff_s": backoff})
             if stop.wait(backoff) or not _kafka_answers(config, options, client, stop):
                 return

@@ -97,10 +97,14 @@ def start_local_worker(directory: Path, bootstrap: str, cluster: str, name: str,
                        cwd: Path | None = None, wait_s: float = 60.0) -> LocalWorker:
     """A worker of ``cluster`` named ``name`` (state under ``directory/name``, log in ``directory``), returned
     once its API answers; ``WorkerProcessFailed`` with its log's tail if it exits or does not answer within
-    ``wait_s``. Its API takes ``token`` (else none: it listens on 127.0.0.1 only); ``extra_args`` go to
-    ``epochline worker`` (``--no-warm-task``, ``--max-task-failures N``, ...), ``env`` over this process's."""
-    from engine.worker.client import TOKEN_ENV, WorkerApiError
+    ``wait_s``. A worker whose wait ends without an answer, however it ends, is killed. It runs in ``cwd``,
+    where its connectors' Python transforms are imported from (default: this process's working directory),
+    and serves its API on 127.0.0.1 at ``port`` (default: a free one) with ``token`` (default: none).
+    ``extra_args`` go to ``epochline worker`` (``--no-warm-task``, ``--max-task-failures N``, ...), ``env``
+    over this process's environment."""
+    from engine.worker.client import TOKEN_ENV
 
+    directory = directory.resolve()  # the worker may run elsewhere (cwd): its paths must not depend on it
     port = port or free_port()
     state_dir = directory / name
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -116,17 +120,28 @@ def start_local_worker(directory: Path, bootstrap: str, cluster: str, name: str,
         process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    env=environment)
     worker = LocalWorker(name, port, state_dir, log_path, process, token)
+    try:
+        _wait_until_it_answers(worker, wait_s)
+    except BaseException:
+        worker.kill()  # never left running unseen, whatever ended the wait
+        raise
+    return worker
+
+
+def _wait_until_it_answers(worker: LocalWorker, wait_s: float) -> None:
+    from engine.worker.client import WorkerApiError
+
     deadline = time.monotonic() + wait_s
     while True:
-        if process.poll() is not None:
-            raise WorkerProcessFailed(f"worker {name} exited with {process.returncode}:\n{worker.log_tail()}")
+        if worker.process.poll() is not None:
+            raise WorkerProcessFailed(f"worker {worker.name} exited with {worker.process.returncode}:\n"
+                                      f"{worker.log_tail()}")
         try:
             with worker.client() as client:
                 client.info()
-            return worker
+            return
         except WorkerApiError:
             if time.monotonic() > deadline:
-                worker.kill()
-                raise WorkerProcessFailed(f"worker {name} did not answer within {wait_s:g}s:\n"
+                raise WorkerProcessFailed(f"worker {worker.name} did not answer within {wait_s:g}s:\n"
                                           f"{worker.log_tail()}") from None
             time.sleep(0.3)

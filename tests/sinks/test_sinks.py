@@ -6,13 +6,14 @@ import io
 import json
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import fastavro
 import orjson
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ClusterMetadata, TopicMetadata
 
 from connectors.admin import MISSING_TOPIC_GRACE_S, create_topic
@@ -34,6 +35,7 @@ from sinks import (
 )
 from sinks.calls import within_deadline
 from sinks.errors import classify
+from sinks.transactional import TXN_CALL_S, WEDGE_MARGIN_S, wedged_after_s
 
 BOTH_WAYS = pytest.mark.usefixtures("kafka_io")  # once per way records move: the C module, and per record
 
@@ -363,6 +365,17 @@ def test_a_call_that_never_returns_is_given_up_as_wedged() -> None:
     with pytest.raises(ProducerWedged, match="did not return within"):
         within_deadline(never.wait, "send_offsets_to_transaction", 0.2)
     never.set()
+
+
+def test_a_call_is_given_up_as_wedged_only_once_its_request_would_have_timed_out() -> None:
+    """A request waits at most ``socket.timeout.ms``: librdkafka's default for a transactional producer is 0.1 s
+    under the transaction timeout, and it refuses a setting above it."""
+    settings = SinkSettings(topic="out", transactional_id="t", group_id="g", transaction_timeout_ms=10_000)
+    assert wedged_after_s(settings) == pytest.approx(9.9 + TXN_CALL_S + WEDGE_MARGIN_S)
+    shorter = replace(settings, producer_config={"socket.timeout.ms": "3000"})
+    assert wedged_after_s(shorter) == pytest.approx(3.0 + TXN_CALL_S + WEDGE_MARGIN_S)
+    with pytest.raises(KafkaException, match="socket.timeout.ms"):
+        Producer({"transactional.id": "t", "transaction.timeout.ms": 10_000, "socket.timeout.ms": 20_000})
 
 
 def test_a_stop_requested_while_a_call_is_in_flight_abandons_the_call_at_once() -> None:
