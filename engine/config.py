@@ -132,12 +132,26 @@ class StepConfig(_Strict):
         return self
 
 
+PRODUCER_KEYS_SET_BY_EPOCHLINE = ("transactional.id", "transaction.timeout.ms", "enable.idempotence")
+"""What ``sink.producer`` may not set: the transactional id fences an instance's previous incarnation only if
+it is the one epochline makes, the transaction timeout is ``sink.transaction_timeout`` (which bounds every
+transactional call, ``sinks.transactional.wedged_after_s``), and a transactional producer is idempotent."""
+
+
 class SinkConfig(FormatConfig):
     delivery: Literal["exactly-once", "at-least-once"] = "exactly-once"
     key: str | None = None  # a column whose value becomes the record key
     include_metadata: list[str] = []  # __kafka_* columns to keep in the output
     transaction_timeout: DurationMs = 10_000  # short, as Kafka Streams: a new owner waits this long at most
     producer: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _no_settings_epochline_makes(self) -> SinkConfig:
+        taken = [key for key in PRODUCER_KEYS_SET_BY_EPOCHLINE if key in self.producer]
+        if taken:
+            raise ValueError(f"sink.producer may not set {taken}: epochline sets them (the transactional id from "
+                             f"the connector and instance names, the timeout from sink.transaction_timeout)")
+        return self
 
 
 class DeadLetterConfig(_Strict):

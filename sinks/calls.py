@@ -48,7 +48,7 @@ def within_deadline(call: Callable[[], T], what: str, deadline_s: float,
 
     Why: ``send_offsets_to_transaction`` can block past its own timeout when the group coordinator
     restarts (librdkafka issues #5456, #5511), and when the transaction coordinator is gone it waits out its
-    request timeout (20 s) whatever timeout it was given. A call that never returns would freeze the
+    request timeout (``socket.timeout.ms``) whatever timeout it was given. A call that never returns would freeze the
     connector with its transaction open, holding back every read_committed reader. Giving up raises
     ``ProducerWedged``: the connector then restarts from the last committed checkpoint with a new producer,
     whose ``init_transactions`` fences the wedged one. A stop requested meanwhile raises ``CallAbandoned``:

@@ -42,25 +42,23 @@ WEDGE_MARGIN_S = 10.0
 """Beyond the longest a working call takes, before it is given up as wedged (``wedged_after_s``)."""
 
 
-def wedged_after_s(settings: SinkSettings) -> float:
+def wedged_after_s(transaction_timeout_ms: int) -> float:
     """How long a ``send_offsets_to_transaction`` or ``commit_transaction`` call may stay in flight before the
     producer is given up as wedged (``within_deadline``) and the connector restarts from its last committed
     checkpoint with a new producer.
 
     A working call returns within ``TXN_CALL_S`` once its request is answered, and a request waits at most
-    ``socket.timeout.ms``: as set (``kafka.client``, ``sink.producer``), else librdkafka's default for a
-    transactional producer, 0.1 s under the transaction timeout (it refuses a setting above the transaction
-    timeout, after which the broker has aborted the transaction anyway). A call past that is wedged: after
-    the broker holding the group coordinator restarts, ``send_offsets_to_transaction`` may never return
-    (librdkafka #5456, #5511: so in 9 of 11 single-broker restarts measured, the broker back 10 s after it
-    went). Giving up loses no epoch (the new producer's ``init_transactions`` fences this one, completing a
-    commit that reached the coordinator and aborting anything else), so the bound is a working call's worst
-    case plus ``WEDGE_MARGIN_S``, not more: a run of 60k records through such a restart
+    ``socket.timeout.ms``, which librdkafka keeps within 0.1 s of the transaction timeout for a transactional
+    producer (0.1 s under it by default; more than 0.1 s over it is refused), and by then the broker has
+    aborted the transaction anyway. A call past that is wedged: after the broker holding the group
+    coordinator restarts, ``send_offsets_to_transaction`` may never return (librdkafka #5456, #5511: so in
+    9 of 11 single-broker restarts measured, the broker back 10 s after it went). Giving up loses no epoch (the
+    new producer's ``init_transactions`` fences this one, completing a commit that reached the coordinator
+    and aborting anything else), so the bound is a working call's worst case plus ``WEDGE_MARGIN_S``, not
+    more: a run of 60k records through such a restart
     (``test_pipeline_recovers_from_a_broker_restart_with_exact_output``, 10 s transaction timeout, so 25 s
     here) took 126-135 s with the fixed 90 s bound this replaces, 44-61 s with this one."""
-    configured = settings.producer_config.get("socket.timeout.ms")
-    request_timeout_ms = int(configured) if configured is not None else max(settings.transaction_timeout_ms - 100, 900)
-    return request_timeout_ms / 1000 + TXN_CALL_S + WEDGE_MARGIN_S
+    return (transaction_timeout_ms + 100) / 1000 + TXN_CALL_S + WEDGE_MARGIN_S
 
 
 class TransactionalKafkaSink(KafkaWriter):
@@ -83,7 +81,7 @@ class TransactionalKafkaSink(KafkaWriter):
         self._rows_proven = False
         """Whether an epoch whose rows went record by record has committed since the last abort."""
         self._rows_this_epoch = False
-        self._wedged_after_s = wedged_after_s(settings)
+        self._wedged_after_s = wedged_after_s(settings.transaction_timeout_ms)
 
     def write(self, table: pa.Table) -> Produced:
         """Encode and produce every row: through the C module once rows are proven to commit, else (and

@@ -60,10 +60,13 @@ class RestartBudget:
     limit: int
     first_backoff_s: float
     in_a_row: int = 0
+    total: int = 0
+    """Every restart of the run, for the log: the count a connector's restarts show over its life."""
 
     def next_backoff(self, committed_since_last_restart: bool) -> float | None:
         """The backoff before the next restart; None once ``limit`` restarts in a row did not commit."""
         self.in_a_row = 1 if committed_since_last_restart else self.in_a_row + 1
+        self.total += 1
         if self.in_a_row > self.limit:
             return None
         return min(self.first_backoff_s * 2.0 ** (self.in_a_row - 1), MAX_RESTART_BACKOFF_S)
@@ -101,8 +104,9 @@ def run_connector(config: ConnectorConfig, options: RunOptions) -> None:
 
     Bounded at every step: Kafka must answer within ``kafka.connect_timeout`` (else one line naming the
     address and what failed); a missing topic or a refused permission fails at once; transient failures
-    restart from the last committed checkpoint with a growing backoff, at most ``max_restarts`` times. The
-    signal handlers are installed first, so SIGTERM during start-up, recovery or a backoff is honoured.
+    restart from the last committed checkpoint with a growing backoff, at most ``max_restarts`` times in a row
+    without a committed checkpoint (``RestartBudget``). The signal handlers are installed first, so SIGTERM
+    during start-up, recovery or a backoff is honoured.
     """
     set_context(connector=config.name)
     stop = StopRequest()
@@ -157,8 +161,8 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
                 raise ConnectorFailed(f"{config.name}: giving up after {options.max_restarts} restarts in a row "
                                       f"without a committed checkpoint: {error}") from error
             log.warning("restarting connector from the last committed checkpoint",
-                        extra={"connector": config.name, "error": str(error), "restart": restarts.in_a_row,
-                               "backoff_s": backoff})
+                        extra={"connector": config.name, "error": str(error), "restart": restarts.total,
+                               "in_a_row": restarts.in_a_row, "backoff_s": backoff})
             if stop.wait(backoff) or not _kafka_answers(config, options, client, stop):
                 return
 

@@ -57,6 +57,12 @@ def test_a_transaction_timeout_below_the_checkpoint_budget_is_refused(tmp_path: 
                           checkpoint={"interval": "5s", "timeout": "30s"}))
 
 
+@pytest.mark.parametrize("key", ["transactional.id", "transaction.timeout.ms", "enable.idempotence"])
+def test_a_producer_setting_epochline_makes_is_refused_naming_it(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"sink.producer may not set \['{key}'\]"):
+        load_config(write(tmp_path, sink={"topic": "out", "producer": {key: "1", "linger.ms": "5"}}))
+
+
 def test_dead_lettering_without_a_dead_letter_topic_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path)
     raw = yaml.safe_load(path.read_text())

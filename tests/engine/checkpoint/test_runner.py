@@ -68,5 +68,6 @@ def test_restarts_are_counted_in_a_row_and_start_over_once_a_checkpoint_commits(
                                                           restart_backoff_s=0.001))
 
     assert runs == [1, 0, 3, 0, 0]
-    restarts = [(record.restart, record.backoff_s) for record in caplog.records]  # type: ignore[attr-defined]
-    assert restarts == [(1, 0.001), (2, 0.002), (1, 0.001), (2, 0.002)]
+    restarts = [(record.restart, record.in_a_row, record.backoff_s)  # type: ignore[attr-defined]
+                for record in caplog.records if record.name == runner.__name__]
+    assert restarts == [(1, 1, 0.001), (2, 2, 0.002), (3, 1, 0.001), (4, 2, 0.002)]
