@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
@@ -129,12 +130,11 @@ class TransactionalKafkaSink(KafkaWriter):
         try:
             for commit in commits:
                 if commit.offsets:
-                    self._send_offsets(commit, names)
+                    self._bounded(partial(self.producer.send_offsets_to_transaction, commit.offsets,
+                                          commit.group_metadata, TXN_CALL_S), "send_offsets_to_transaction", names)
             if self._before_commit is not None:
                 self._before_commit()
-            with_retries(lambda: within_deadline(lambda: self.producer.commit_transaction(TXN_CALL_S),
-                                                 "commit_transaction", self._wedged_after_s, self.interrupted),
-                         f"commit_transaction({names})", interrupted=self.interrupted)
+            self._bounded(lambda: self.producer.commit_transaction(TXN_CALL_S), "commit_transaction", names)
         except (ProducerWedged, CallAbandoned):
             self._wedged = True
             raise
@@ -142,11 +142,11 @@ class TransactionalKafkaSink(KafkaWriter):
         self._rows_proven |= self._rows_this_epoch
         self._rows_this_epoch = False
 
-    def _send_offsets(self, commit: OffsetCommit, names: str) -> None:
-        with_retries(lambda: within_deadline(
-            lambda: self.producer.send_offsets_to_transaction(commit.offsets, commit.group_metadata, TXN_CALL_S),
-            "send_offsets_to_transaction", self._wedged_after_s, self.interrupted),
-            f"send_offsets_to_transaction({names})", interrupted=self.interrupted)
+    def _bounded(self, call: Callable[[], None], what: str, names: str) -> None:
+        """A commit-point call: retried while librdkafka says retriable, each attempt given up as wedged after
+        ``wedged_after_s`` (or at once on a stop request)."""
+        with_retries(lambda: within_deadline(call, what, self._wedged_after_s, self.interrupted),
+                     f"{what}({names})", interrupted=self.interrupted)
 
     def _fatal_cause(self) -> KafkaError | None:
         """librdkafka names a transactional producer's fatal error (fenced by a newer instance, ...) only

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from engine.ports import free_port
 from engine.testing.errors import WorkerProcessFailed
+from engine.worker.warm import MODULE as WARM_MODULE
 
 if TYPE_CHECKING:
     from engine.worker.client import WorkerClient
@@ -87,7 +88,7 @@ class LocalWorker:
                 command = (stat.parent / "cmdline").read_bytes().split(b"\0")
             except (OSError, IndexError, ValueError):
                 continue  # gone meanwhile
-            if parent == self.process.pid and b"engine.worker.warm" in command:
+            if parent == self.process.pid and WARM_MODULE.encode() in command:
                 return int(stat.parent.name)
         return None
 
