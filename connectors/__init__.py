@@ -28,6 +28,7 @@ from connectors.admin import (
     ensure_topic,
     partitions_of,
 )
+from connectors.batch import SourceBatch
 from connectors.changelog import (
     ChangelogEntry,
     ChangelogError,
@@ -45,14 +46,13 @@ from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.offset_metadata import MalformedOffsetMetadata
 from connectors.source import (
     KafkaSource,
-    SourceBatch,
     SourceError,
     SourceNotAuthorized,
     SourceSettings,
     SourceUnavailable,
     TopicMissing,
 )
-from connectors.watermarks import EventTimeError, WatermarkTracker, filter_late_rows
+from connectors.watermarks import EventTimeError, EventTimeJudgement, WatermarkTracker, judge_event_time
 
 __all__ = [
     "ChangelogEntry",
@@ -63,6 +63,7 @@ __all__ = [
     "CheckpointFormatError",
     "DeadLetter",
     "EventTimeError",
+    "EventTimeJudgement",
     "KafkaSource",
     "KafkaUnreachable",
     "MalformedOffsetMetadata",
@@ -86,7 +87,7 @@ __all__ = [
     "create_topics",
     "end_offsets",
     "ensure_topic",
-    "filter_late_rows",
+    "judge_event_time",
     "partitions_of",
     "repartition_topic",
     "state_record",

@@ -47,6 +47,8 @@ from connectors.admin import (
     committed_offsets,
     watermark_offsets,
 )
+from connectors.alignment import EventTimeAligner
+from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.fetched import Fetched, PartitionEvent, RecordColumns, make_fetcher
@@ -121,6 +123,9 @@ def _permanent_error(source: str, where: str, error: KafkaError) -> SourceError 
 # peak RSS (bench/README.md, "Batch size"). The bytes bound caps the memory of a batch of large records.
 DEFAULT_MAX_BATCH_RECORDS = 25_000
 DEFAULT_MAX_BATCH_BYTES = 8 << 20
+ALIGNMENT_HOLD = 4
+"""An aligned source holds at most this many batches' worth of rows (or bytes) before it stops waiting for
+the partitions that hold it back (``connectors.alignment``)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,9 @@ class SourceSettings:
     idle_timeout_ms: int = 30_000
     on_error: Literal["dead-letter", "halt"] = "dead-letter"
     consumer_config: Mapping[str, str] = field(default_factory=dict)
+    align_event_time: bool = False
+    """Hand out rows in event-time order across partitions (``connectors.alignment``): for a source whose
+    partitions' rows meet downstream (a repartition topic feeding a window)."""
 
     def __post_init__(self) -> None:
         bounds = {"max_batch_records": (self.max_batch_records, 1), "max_batch_bytes": (self.max_batch_bytes, 1),
@@ -148,17 +156,6 @@ class SourceSettings:
                              f"got {self.start_from!r}")
         if self.on_error not in ("dead-letter", "halt"):
             raise ValueError(f"source {self.name!r}: on_error must be 'dead-letter' or 'halt', got {self.on_error!r}")
-
-
-@dataclass
-class SourceBatch:
-    """Decoded rows (value columns + ``METADATA_COLUMNS``) and the records of the same poll that failed."""
-
-    source: str
-    batch: pa.RecordBatch
-    dead_letters: list[DeadLetter]
-    value_bytes: int = 0
-    """Bytes of the records' values as they came off the wire (the ``bytes_in`` metric)."""
 
 
 class PartitionListener(Protocol):
@@ -202,6 +199,9 @@ class KafkaSource:
         self._partitions: list[int] | None = None
         self._positions: dict[int, int] = {}
         self._pending = Fetched.nothing()
+        self._aligner = (EventTimeAligner(settings.event_time_column, ALIGNMENT_HOLD * settings.max_batch_records,
+                                          ALIGNMENT_HOLD * settings.max_batch_bytes)
+                         if settings.align_event_time else None)
         self._listener: PartitionListener | None = None
         self._staged_seeks: dict[int, int] = {}
         self._group_checked_at = float("-inf")
@@ -277,6 +277,8 @@ class KafkaSource:
             self._staged_seeks.update(offsets)
             self._positions.update(offsets)
             self._pending = self._pending.without(set(offsets))
+            if self._aligner is not None:
+                self._aligner.assign(offsets)
         log.info("source restored", extra={"source": self.name, "topic": self.settings.topic,
                                            "offsets": dict(checkpoint.offsets)})
 
@@ -296,6 +298,8 @@ class KafkaSource:
         # Anything still buffered for these partitions was fetched under an earlier ownership: handing it out
         # now would skip from the committed offset to wherever that fetch had got.
         self._pending = self._pending.without(set(start))
+        if self._aligner is not None:
+            self._aligner.assign(start)
         positioned = [TopicPartition(self.settings.topic, p, start[p]) for p in partitions]
         self._fetcher.attach(partitions)
         self._change_assignment(consumer, positioned, add=True)
@@ -341,6 +345,8 @@ class KafkaSource:
             self._positions.pop(partition, None)
             self._staged_seeks.pop(partition, None)
         self._pending = self._pending.without(gone)
+        if self._aligner is not None:
+            self._aligner.forget(gone)
         self.watermarks.remove(gone)
 
     def _apply_staged_seeks(self) -> None:
@@ -405,6 +411,9 @@ class KafkaSource:
             self._consumer.pause(self._consumer.assignment())
         self._positions = start
         self._pending = Fetched.nothing()
+        if self._aligner is not None:
+            self._aligner.forget(self._aligner.held_partitions())
+            self._aligner.assign(start)
 
     def _checked_offsets(self, checkpoint: SourceCheckpoint) -> Mapping[int, int]:
         if checkpoint.source != self.name or checkpoint.topic != self.settings.topic:
@@ -436,6 +445,8 @@ class KafkaSource:
         """
         if self._staged_seeks:
             self._apply_staged_seeks()
+        if self._aligner is not None:
+            return self._poll_aligned(self._aligner, timeout)
         if not self._pending:
             self._pending = self._owned_only(self._fetcher.fetch(timeout))
         take, value_bytes = self._records_that_fit(self._pending.records)
@@ -446,6 +457,27 @@ class KafkaSource:
         self._pending = rest
         self._advance(columns, ends)
         return source_batch
+
+    def _poll_aligned(self, aligner: EventTimeAligner, timeout: float) -> SourceBatch | None:
+        """``poll_batch`` in event-time order across partitions: fetch only when nothing held is due, and hand
+        out what the aligner releases; each partition's position follows what it released."""
+        batch = self._release(aligner)
+        if batch is None:
+            fetched = self._owned_only(self._fetcher.fetch(timeout))
+            if fetched:
+                ends = self._ends_reached(fetched.events)
+                records = fetched.records
+                decoded = self._to_source_batch(records, records.value_bytes()) if len(records) else None
+                aligner.hold(decoded, records.next_offsets(), ends)
+            batch = self._release(aligner)
+        return batch
+
+    def _release(self, aligner: EventTimeAligner) -> SourceBatch | None:
+        batch, cuts = aligner.release(self.watermarks.max_event_times())
+        for partition, offset in cuts.items():
+            if offset > self._positions.get(partition, offset):
+                self._positions[partition] = offset
+        return batch
 
     def _owned_only(self, fetched: Fetched) -> Fetched:
         """Drop what a rebalance callback (run inside this fetch) made stale: records of partitions given
@@ -528,7 +560,7 @@ class KafkaSource:
         commit marker written after the partition-EOF event was sent, or a trailing aborted transaction,
         brings no new EOF event). Only for partitions with nothing buffered: everything the consumer
         returned for them is handed out, so its position is an exact cut too."""
-        buffered = self._pending.partitions()
+        buffered = self._pending.partitions() | (self._aligner.held_partitions() if self._aligner else set())
         asked = [TopicPartition(self.settings.topic, p) for p in partitions if p not in buffered]
         if asked:
             for tp in self._consumer.position(asked):

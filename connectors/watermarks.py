@@ -1,23 +1,31 @@
 """Event-time watermarks per source: how far event time has surely progressed, and which rows came too late.
 
-Per partition (what a running connector uses): a row is late when its event time is below its partition's
-largest event time minus the allowed lateness (``late_thresholds``), and windows of a partition close by the
-same value, like Kafka Streams' stream time per task. Partitions move between instances with their largest
-event time (committed in the offset metadata), so a partition taken over with a backlog is judged by its own
-history.
+Event time judges only what holds event-time state (windows): a connector without one tracks watermarks
+for its metrics and status and judges nothing (the engine decides; see ``engine.checkpoint.pipeline``).
 
-Across partitions (``current()``): the minimum over the *active* partitions of the largest event time seen
-on each, minus the allowed lateness. A partition that delivered nothing for ``idle_timeout_ms`` stops
-holding it back; when every partition is idle it follows the largest event time seen anywhere. It never
-goes backwards. A quiet partition's own watermark follows it, so one quiet partition's windows still
-close when the others move on.
+Per partition, like Kafka Streams' stream time per task: a partition's *stream time* is the largest event
+time it has delivered. A row is late when its event time is below its own partition's stream time minus the
+allowed lateness (``late_thresholds``), never by another partition's progress: partitions move between
+instances with their stream time (committed in the offset metadata), so a partition taken over with a
+backlog, or one that wakes after a quiet spell, is judged by its own history alone.
+
+Windows close by the same per-partition value (``closing_watermarks``), with one exception that exists so
+a quiet partition's results still come out: a partition that delivered nothing for ``idle_timeout_ms`` and
+has nothing waiting follows the watermark across partitions (``current()``), but only as far as the end of
+its own last open window. So its open windows are emitted while it is quiet, and a row it delivers later is
+late only if it belongs to one of the windows it already had: never because other partitions moved on.
+
+Across partitions (``current()``): the minimum over the *active* partitions of their stream time, minus the
+allowed lateness. A partition that delivered nothing for ``idle_timeout_ms`` stops holding it back; when
+every partition is idle it follows the largest event time seen anywhere. It never goes backwards.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, cast
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,8 +33,8 @@ import pyarrow.compute as pc
 from connectors.metadata import PARTITION, TIMESTAMP, maxima_by_partition
 from schemas.event_time import EventTimeError, event_time_ms, is_event_time_type
 
-__all__ = ["EventTimeError", "WatermarkTracker", "event_times_ms", "filter_late_rows", "max_event_time_per_partition",
-           "observe_batch"]
+__all__ = ["EventTimeError", "EventTimeJudgement", "WatermarkTracker", "event_times_ms", "judge_event_time",
+           "max_event_time_per_partition", "observe_batch"]
 
 
 class WatermarkTracker:
@@ -81,23 +89,37 @@ class WatermarkTracker:
         return None
 
     def late_thresholds(self) -> dict[int, int]:
-        """Per partition, the event time below which its rows are late: its own largest event time minus
-        the allowed lateness (as Kafka Streams judges a record by its task's stream time). Per partition, not
-        the instance's watermark, because partitions move between instances: a partition taken over with a
-        backlog is judged by its own history (committed with its offsets), not by the partitions its new
-        owner had already read further. Window state is per partition too, so a row on time for its
-        partition never lands in a window already emitted for it. A partition quiet for ``idle_timeout_ms``
-        follows ``current()`` instead (when that is further), so its windows still close; old rows it
-        delivers when it wakes up are late."""
-        thresholds = {p: t - self.allowed_lateness_ms for p, t in self._max_event_time.items()}
+        """Per partition, the event time below which its rows are late: its own stream time minus the
+        allowed lateness (Kafka Streams judges a record by its task's stream time). Never another
+        partition's: not the instance's watermark (a partition taken over with a backlog is judged by its
+        own history, committed with its offsets), and not while the partition was quiet (its rows written
+        after it woke up are judged by what it delivered itself)."""
+        return {p: t - self.allowed_lateness_ms for p, t in self._max_event_time.items()}
+
+    def idle_partitions(self) -> set[int]:
+        """Partitions that delivered nothing for ``idle_timeout_ms``."""
+        now = self._clock()
+        return {p for p, seen in self._last_seen.items() if now - seen >= self.idle_timeout_s}
+
+    def closing_watermarks(self, open_until: Mapping[int, int], busy: Collection[int] = ()) -> dict[int, int]:
+        """Per partition, how far its windows may close: its late threshold, except that an idle partition
+        (quiet for ``idle_timeout_ms`` and not in ``busy``, the partitions with records waiting to be read)
+        follows ``current()`` up to ``open_until[partition]``, the end of its last open window. Capped so, a
+        quiet partition's open windows are emitted, yet nothing it delivers later is judged by how far the
+        other partitions went: only a row that belongs to a window it already had can be late."""
+        closing = self.late_thresholds()
+        idle = self.idle_partitions() - set(busy)
+        if not idle:
+            return closing
         overall = self.current()
         if overall is None:
-            return thresholds
-        now = self._clock()
-        for partition, seen in self._last_seen.items():  # a quiet partition follows the others, as before
-            if now - seen >= self.idle_timeout_s:
-                thresholds[partition] = max(thresholds.get(partition, overall), overall)
-        return thresholds
+            return closing
+        for partition in idle:
+            end = open_until.get(partition)
+            if end is not None:
+                followed = min(overall, end)
+                closing[partition] = max(closing.get(partition, followed), followed)
+        return closing
 
     def max_event_times(self) -> dict[int, int]:
         return dict(self._max_event_time)
@@ -132,35 +154,36 @@ def max_event_time_per_partition(batch: pa.RecordBatch, column: str | None) -> d
     return maxima_by_partition(batch.column(PARTITION), event_times_ms(batch, column))
 
 
-def filter_late_rows(batch: pa.RecordBatch, watermark: int | Mapping[int, int] | None,
-                     column: str | None) -> tuple[pa.RecordBatch, pa.RecordBatch]:
-    """Split ``batch`` into (on time, late): a row is late when its event time is below ``watermark``, or,
-    given per-partition thresholds (``WatermarkTracker.late_thresholds``), below its partition's.
+@dataclass(frozen=True)
+class EventTimeJudgement:
+    """A batch split by event time: every row in exactly one part."""
 
-    Rows without an event time are on time (they cannot be judged), so every row lands in exactly one part;
-    so are rows of partitions without a threshold. Compare against thresholds from *before* this batch.
-    """
-    if watermark is None or (isinstance(watermark, Mapping) and not watermark):
-        return batch, batch.slice(0, 0)
+    on_time: pa.RecordBatch
+    late: pa.RecordBatch
+    """Rows below their partition's threshold."""
+    untimed: pa.RecordBatch
+    """Rows without an event time: nothing can place them in a window."""
+
+
+def judge_event_time(batch: pa.RecordBatch, thresholds: Mapping[int, int], column: str | None) -> EventTimeJudgement:
+    """Split ``batch`` by ``thresholds`` (per partition, from ``WatermarkTracker.late_thresholds`` as they
+    were *before* this batch): a row is late when its event time is below its partition's threshold; rows of
+    partitions without one are on time; rows without an event time are set apart."""
     times = event_times_ms(batch, column)
-    if _none_below(times, max(watermark.values()) if isinstance(watermark, Mapping) else watermark):
-        return batch, batch.slice(0, 0)  # the common case, without a per-row threshold or a copy of the batch
-    threshold: pa.Array[Any] | pa.Scalar[Any]
-    if isinstance(watermark, Mapping):
-        partitions = pa.array(list(watermark), pa.int32())
-        positions = pc.index_in(batch.column(PARTITION).cast(pa.int32()), value_set=partitions)
-        threshold = pc.take(pa.array(list(watermark.values()), pa.int64()), positions)
-    else:
-        threshold = pa.scalar(watermark, pa.int64())
-    behind = pc.less(times, threshold)
-    late = cast(pa.BooleanArray, pc.fill_null(behind, pa.scalar(False)))
-    return batch.filter(pc.invert(late)), batch.filter(late)
-
-
-def _none_below(times: pa.Array[pa.Int64Scalar], threshold: int) -> bool:
-    """Whether no event time is below ``threshold`` (rows without one are never late)."""
+    empty = batch.slice(0, 0)
     earliest = pc.min(times).as_py()
-    return earliest is None or earliest >= threshold
+    if not times.null_count and (not thresholds or earliest is None or earliest >= max(thresholds.values())):
+        return EventTimeJudgement(batch, empty, empty)  # the common case, without a per-row threshold or a copy
+    untimed = pc.is_null(times)
+    if thresholds:
+        partitions = pa.array(list(thresholds), pa.int32())
+        positions = pc.index_in(batch.column(PARTITION).cast(pa.int32()), value_set=partitions)
+        threshold = pc.take(pa.array(list(thresholds.values()), pa.int64()), positions)
+        late = cast(pa.BooleanArray, pc.fill_null(pc.less(times, threshold), pa.scalar(False)))
+    else:
+        late = pa.array([False] * batch.num_rows, pa.bool_())
+    on_time = pc.invert(pc.or_(late, untimed))
+    return EventTimeJudgement(batch.filter(on_time), batch.filter(late), batch.filter(untimed))
 
 
 def observe_batch(tracker: WatermarkTracker, batch: pa.RecordBatch, column: str | None) -> None:

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from connectors.metadata import TIMESTAMP
 from connectors.source import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_RECORDS
 from schemas import FormatSpec
 from schemas.factory import FormatName, SubjectStrategy
@@ -242,6 +243,20 @@ class ConnectorConfig(_Strict):
             )
         if self.sink.transaction_timeout > 900_000:
             raise ValueError("sink.transaction_timeout exceeds the broker default transaction.max.timeout.ms (15m)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_event_time(self) -> ConnectorConfig:
+        """Windows close, and rows are judged late, by one event time: the source's. A window's
+        ``time_column`` defaults to it; naming another column would judge rows by one time and place them
+        in windows by another, so a row on time for the first could fall in a window already emitted."""
+        source_column = self.source.event_time.column or TIMESTAMP
+        for index, step in enumerate(self.transform):
+            if step.window is not None and step.window.time_column not in (None, source_column):
+                raise ValueError(
+                    f"transform step {index}: window time_column {step.window.time_column!r} is not the source's "
+                    f"event time (source.event_time.column: {self.source.event_time.column or 'the Kafka timestamp'}"
+                    f"); set source.event_time.column: {step.window.time_column}, and time_column may be left out")
         return self
 
     @property

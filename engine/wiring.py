@@ -32,8 +32,9 @@ CrashPoint = Callable[[str], None]
 process there (``engine.testing.faults``). Production runs pass none."""
 
 
-def build_operator(step: StepConfig, index: int) -> Operator:
-    """Step ``index`` of ``transform``; its name (``step<index>-<kind>``) keys its checkpointed state."""
+def build_operator(step: StepConfig, index: int, event_time_column: str | None = None) -> Operator:
+    """Step ``index`` of ``transform``; its name (``step<index>-<kind>``) keys its checkpointed state. A window
+    without a ``time_column`` places rows by ``event_time_column``, the source's event time."""
     name = f"step{index}"
     if step.sql is not None:
         return SqlOperator(step.sql, name=f"{name}-sql")
@@ -42,12 +43,13 @@ def build_operator(step: StepConfig, index: int) -> Operator:
     assert step.window is not None
     window = step.window
     spec = WindowSpec(kind=window.kind, size_ms=window.size, slide_ms=window.slide, key=list(window.key),
-                      time_column=window.time_column, aggregates=dict(window.aggregates))
+                      time_column=window.time_column or event_time_column, aggregates=dict(window.aggregates))
     return WindowOperator(spec, name=f"{name}-window")
 
 
 def build_chain(config: ConnectorConfig) -> OperatorChain:
-    return chain_of([build_operator(step, index) for index, step in enumerate(config.transform)])
+    column = config.source.event_time.column
+    return chain_of([build_operator(step, index, column) for index, step in enumerate(config.transform)])
 
 
 def open_early(config: ConnectorConfig) -> None:
@@ -98,7 +100,7 @@ def repartition_source_settings(source: SourceSettings, config: ConnectorConfig)
     """The second source of a re-keyed connector: its repartition topic in ``arrow-ipc``, with the source's
     event-time rules (``engine.transforms.repartition``)."""
     return replace(source, name=REPARTITION_SOURCE, topic=repartition_topic(config.name),
-                   format=FormatSpec("arrow-ipc"), start_from="earliest", on_error="halt")
+                   format=FormatSpec("arrow-ipc"), start_from="earliest", on_error="halt", align_event_time=False)
 
 
 def sink_settings(config: ConnectorConfig, transactional_id: str, group_id: str) -> SinkSettings:

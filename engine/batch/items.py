@@ -17,9 +17,10 @@ import pyarrow.compute as pc
 from confluent_kafka import TopicPartition
 
 from connectors import offset_metadata
+from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
 from connectors.metadata import OFFSET
-from connectors.source import KafkaSource, SourceBatch, SourceSettings
+from connectors.source import KafkaSource, SourceSettings
 from engine.batch.errors import BatchHalted, BatchJobError
 from engine.batch.options import BatchOptions, kafka_id
 from engine.batch.plan import BatchItem

@@ -26,8 +26,8 @@ from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 
+from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
-from connectors.source import SourceBatch
 from engine.transforms.operator import Watermark
 
 log = logging.getLogger(__name__)

@@ -14,18 +14,20 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Protocol, cast
 
 import pyarrow as pa
 from confluent_kafka import TopicPartition
 
+from connectors.batch import SourceBatch
 from connectors.changelog import ChangelogError, ChangelogTimeout
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter
-from connectors.metadata import KEY, OFFSET, PARTITION, value_columns
+from connectors.metadata import KEY, OFFSET, PARTITION, TIMESTAMP, value_columns
 from connectors.offset_metadata import CommittedEpoch, MalformedOffsetMetadata, checkpoint_metadata, committed_epoch
-from connectors.source import KafkaSource, PartitionListener, SourceBatch, SourceSettings, SourceUnavailable
-from connectors.watermarks import WatermarkTracker, filter_late_rows
+from connectors.source import KafkaSource, PartitionListener, SourceSettings, SourceUnavailable
+from connectors.watermarks import WatermarkTracker, judge_event_time
 from engine.checkpoint.coordinator import (
     CheckpointAbandoned,
     CheckpointAttempt,
@@ -125,6 +127,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self.stages = split_for_repartition(self.chain)
         self._keyed_source = REPARTITION_SOURCE if self.stages is not None else SOURCE_NAME
         """The source whose partitions keyed state is partitioned by."""
+        self._judged_source = self._keyed_source if self._keyed_states() else None
+        """The source whose rows are judged by event time: the one feeding event-time state, if any."""
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
         self.sink = sink or build_sink(config, bootstrap, transactional_id=instance.transactional_id,
                                        group_id=config.group_id, before_commit=before_commit)
@@ -135,6 +139,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._changelog = changelog or KafkaStateChangelog(bootstrap, client_config(config), timeout)
         self._source_settings = {SOURCE_NAME: source_settings(config)}
         if self.stages is not None:
+            # Rows of every source partition meet on the repartition topic: read them in event-time order.
+            self._source_settings[SOURCE_NAME] = replace(self._source_settings[SOURCE_NAME], align_event_time=True)
             self._source_settings[REPARTITION_SOURCE] = repartition_source_settings(self._source_settings[SOURCE_NAME],
                                                                                     config)
         self._partitions = 0
@@ -309,30 +315,52 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
 
     # -- one cycle ---------------------------------------------------------------------------------
     def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
+        """The batch's decode failures to the dead-letter topic, and, only for the source whose rows feed
+        event-time state (``_judged_source``), the rows that state can no longer take: late rows (behind
+        their partition's threshold, ``_late_thresholds``) dead-lettered or dropped as ``late_rows`` says,
+        and rows without an event time dead-lettered. Any other source's rows are never judged by their
+        timestamps (DESIGN.md, "Event time judges only what holds event-time state")."""
         self._pending_dead_letters += batch.dead_letters
         self._cycle_bytes_in += batch.value_bytes
         self.metrics.dead_letters(len(batch.dead_letters))
         rows = restored(batch.batch) if source == REPARTITION_SOURCE else batch.batch
+        if source != self._judged_source:
+            return SourceBatch(source=batch.source, batch=rows, dead_letters=[], value_bytes=batch.value_bytes)
         thresholds = self._late_thresholds(source)
-        settings = self._source_settings[source]
-        on_time, late = filter_late_rows(rows, thresholds, settings.event_time_column)
-        if late.num_rows:
-            self.metrics.late_rows(late.num_rows, diverted=self.config.late_rows == "dead-letter")
-            if self.config.late_rows == "dead-letter":
-                behind = {p: t for p, t in thresholds.items() if p in set(late.column(PARTITION).to_pylist())}
-                self._pending_dead_letters += self._dead_letters_from_rows(
-                    source, late, f"late row: event time behind its partition's watermark {behind}", "late")
-        return SourceBatch(source=batch.source, batch=on_time, dead_letters=[], value_bytes=batch.value_bytes)
+        column = self._source_settings[source].event_time_column
+        judged = judge_event_time(rows, thresholds, column)
+        if judged.late.num_rows:
+            self._set_apart_late(source, judged.late, thresholds)
+        if judged.untimed.num_rows:
+            self._pending_dead_letters += self._dead_letters_from_rows(
+                source, judged.untimed, f"no event time: column {column or TIMESTAMP!r} is null", "event-time")
+            self.metrics.dead_letters(judged.untimed.num_rows)
+            log.warning("rows without event time dead-lettered", extra={
+                "source": source, "rows": judged.untimed.num_rows, "column": column or TIMESTAMP})
+        return SourceBatch(source=batch.source, batch=judged.on_time, dead_letters=[], value_bytes=batch.value_bytes)
+
+    def _set_apart_late(self, source: str, late: pa.RecordBatch, thresholds: Mapping[int, int]) -> None:
+        """Late rows to the dead-letter topic (or dropped, ``late_rows: drop``), counted, and said in one
+        warning line per cycle: how many, of which partitions, behind which thresholds."""
+        diverted = self.config.late_rows == "dead-letter"
+        self.metrics.late_rows(late.num_rows, diverted=diverted)
+        partitions = sorted(set(cast(list[int], late.column(PARTITION).to_pylist())))
+        behind = {p: thresholds[p] for p in partitions if p in thresholds}
+        if diverted:
+            self._pending_dead_letters += self._dead_letters_from_rows(
+                source, late, f"late row: event time behind its partition's watermark {behind}", "late")
+        log.warning("late rows dead-lettered" if diverted else "late rows dropped", extra={
+            "source": source, "rows": late.num_rows, "partitions": partitions, "thresholds": behind,
+            "allowed_lateness_ms": self._source_settings[source].allowed_lateness_ms})
 
     def _late_thresholds(self, source: str) -> dict[int, int]:
         """The source's per-partition thresholds, never below what keyed state already closed: a partition's
-        own threshold can be lower (it moved here, or woke up after following the others while quiet), and a
-        row between the two would be ignored by its window without a trace."""
+        own threshold can be lower (it moved here, or its quiet windows were closed while it was idle), and
+        a row between the two would fall in a window already emitted."""
         thresholds = self._sources[source].watermarks.late_thresholds()
-        if source == self._keyed_source:
-            for state in self._keyed_states().values():
-                for partition, closed in state.closed_through().items():
-                    thresholds[partition] = max(thresholds.get(partition, closed), closed)
+        for state in self._keyed_states().values():
+            for partition, closed in state.closed_through().items():
+                thresholds[partition] = max(thresholds.get(partition, closed), closed)
         return thresholds
 
     def _dead_letters_from_rows(self, source: str, rows: pa.RecordBatch | pa.Table, reason: str,
@@ -355,11 +383,23 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._sources[source].observe_event_times(batch.batch)
 
     def current_watermark(self) -> Watermark:
-        """Per partition of the source keyed state is partitioned by, its largest event time minus the
-        allowed lateness: windows of a partition close by that partition's own progress (Kafka Streams'
-        stream time), so a partition taken over with a backlog closes its windows as it catches up instead
-        of finding them closed by the partitions its new owner had already read further."""
-        return self._sources[self._keyed_source].watermarks.late_thresholds()
+        """Per partition of the source keyed state is partitioned by, how far its windows may close: its own
+        stream time minus the allowed lateness (Kafka Streams' stream time), so a partition taken over with a
+        backlog closes its windows as it catches up instead of finding them closed by the partitions its new
+        owner had already read further. A partition idle past ``idle_timeout`` with nothing waiting closes
+        its open windows by the others' progress (``WatermarkTracker.closing_watermarks``). None without
+        event-time state: nothing would use it."""
+        if self._judged_source is None:
+            return None
+        source = self._sources[self._judged_source]
+        open_until: dict[int, int] = {}
+        for state in self._keyed_states().values():
+            for partition, end in state.open_until().items():
+                open_until[partition] = max(open_until.get(partition, end), end)
+        if not source.watermarks.idle_partitions():
+            return source.watermarks.closing_watermarks(open_until)
+        busy = {partition for partition, lag in source.lag().items() if lag > 0}
+        return source.watermarks.closing_watermarks(open_until, busy)
 
     def execute_cycle(self, source_batches: Sequence[SourceBatch], watermark: Watermark) -> pa.Table | None:
         batches = [b.batch for b in source_batches if b.batch.num_rows]

@@ -49,6 +49,11 @@ class KeyedState(Protocol):
         """The partitions holding state."""
         ...
 
+    def open_until(self) -> dict[int, int]:
+        """Per partition holding unfinished results (open windows), the event time that finishes them all:
+        how far a quiet partition's windows may be closed by the others' progress (``idle_timeout``)."""
+        ...
+
     def closed_through(self) -> dict[int, int]:
         """Per partition, the event time up to which results are final (windows emitted): a row behind it
         can no longer count, so the engine judges it late instead of handing it over."""

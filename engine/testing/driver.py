@@ -27,10 +27,11 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import TopicPartition
 
+from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter
 from connectors.fetched import RecordColumns
-from connectors.source import PartitionListener, SourceBatch, SourceSettings, decode_records
+from connectors.source import PartitionListener, SourceSettings, decode_records
 from connectors.watermarks import WatermarkTracker, observe_batch
 from engine.checkpoint import CoordinatorSettings, KafkaPipeline, StreamingCoordinator
 from engine.config import ConnectorConfig, load_config

@@ -5,11 +5,12 @@ How a cycle runs (``WindowOperator.process(table, watermark)``), all of it vecto
 1. Each row's event time (``time_column``, timestamp of any unit/zone or int64 epoch ms) is assigned to every
    window containing it: ``window_start <= t < window_start + size``, window starts being multiples of the
    slide (of the size for tumbling windows), counted from the epoch.
-2. Assignments to windows that were already emitted for the row's source partition (``window_end <=`` that
-   partition's ``emitted_through``) are ignored and counted in ``ignored_late_assignments``: a window is
-   emitted exactly once and never updated. The source is expected to filter or divert late rows before they
-   get here; this is the safety net that keeps state consistent when it does not. Rows without an event
-   time are dropped and counted in ``rows_without_event_time``.
+2. A window is emitted exactly once and never updated, so a row can no longer count once its partition
+   emitted a window containing it (``window_end <=`` that partition's ``emitted_through``), and a row
+   without an event time fits no window. The engine sets such rows apart as dead letters with their
+   reason before they get here (``closed_through`` says where a partition's results are final); a cycle
+   that still brings one fails with ``OperatorRuntimeError`` naming the rows, so no row is ever dropped
+   with only a counter to show for it.
 3. The remaining assignments are pre-aggregated per (source partition, key, window) and merged into the open
    windows' partial aggregates (count, sum, min, max; avg is kept as sum and count).
 4. If the cycle has a watermark W, every partition that holds state or got rows this cycle advances its
@@ -42,7 +43,6 @@ its partial aggregates sorted by window and key, written as one Arrow IPC stream
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,8 +55,6 @@ import pyarrow.compute as pc
 from connectors.metadata import PARTITION, TIMESTAMP
 from engine.transforms.operator import OperatorConfigError, OperatorRuntimeError, Watermark
 from schemas.event_time import event_time_ms, floor_divide, is_event_time_type
-
-log = logging.getLogger(__name__)
 
 DEFAULT_TIME_COLUMN = TIMESTAMP
 END_OF_INPUT_WATERMARK = 2**63 - 1
@@ -175,8 +173,9 @@ class WindowState:
     Implements ``engine.state.KeyedState``.
     """
 
-    def __init__(self, fingerprint: str, key: list[str], operator_name: str) -> None:
+    def __init__(self, fingerprint: str, key: list[str], operator_name: str, size_ms: int) -> None:
         self._fingerprint = fingerprint
+        self._size_ms = size_ms
         self._order: list[tuple[str, SortOrder]] = [
             (_WINDOW_START, "ascending"), *((column, "ascending") for column in key)
         ]
@@ -195,6 +194,15 @@ class WindowState:
     def closed_through(self) -> dict[int, int]:
         """``KeyedState``: every window of a partition ending at or before its ``emitted_through`` is out."""
         return self.emitted_through
+
+    def open_until(self) -> dict[int, int]:
+        """``KeyedState``: per partition holding open windows, the end of its last one."""
+        if self.partials is None or self.partials.num_rows == 0:
+            return {}
+        last = self.partials.group_by(_PARTITION, use_threads=False).aggregate([(_WINDOW_START, "max")])
+        partitions = cast(list[int], last[_PARTITION].to_pylist())  # group keys and maxima are never null
+        starts = cast(list[int], last[f"{_WINDOW_START}_max"].to_pylist())
+        return {partition: start + self._size_ms for partition, start in zip(partitions, starts, strict=True)}
 
     # -- KeyedState -----------------------------------------------------------------------------------
 
@@ -344,12 +352,8 @@ class WindowOperator:
             parse_aggregate(output, expression, name) for output, expression in spec.aggregates.items()
         ]
         self._partials = _unique_partials(self.aggregates)
-        self._state = WindowState(self._state_fingerprint(), spec.key, name)
+        self._state = WindowState(self._state_fingerprint(), spec.key, name, spec.size_ms)
         self._output_schema: pa.Schema | None = None
-        self.ignored_late_assignments = 0
-        """Row-to-window assignments ignored because the window was already emitted (this process only)."""
-        self.rows_without_event_time = 0
-        """Rows dropped because their event time was null (this process only)."""
 
     @property
     def state(self) -> WindowState:
@@ -485,17 +489,10 @@ class WindowOperator:
         return arrived
 
     def _pre_aggregate(self, table: pa.Table) -> pa.Table:
-        """The cycle's rows as partial aggregates per (partition, key, window start), late assignments
-        removed."""
+        """The cycle's rows as partial aggregates per (partition, key, window start)."""
         assigned = self._assign_windows(table)
         if assigned.num_rows:
-            emitted = self._emitted_window_starts(assigned[_PARTITION])
-            if emitted is not None:
-                # No threshold (null): nothing of that partition was emitted yet.
-                on_time = _booleans(pc.greater(assigned[_WINDOW_START], emitted)).fill_null(pa.scalar(True))
-                kept = assigned.filter(on_time)
-                self.ignored_late_assignments += assigned.num_rows - kept.num_rows
-                assigned = kept
+            self._refuse_emitted_windows(assigned)
         groups = [_PARTITION, *self.spec.key, _WINDOW_START]
         grouped = assigned.group_by(groups, use_threads=False).aggregate(
             [(_column_selector(p), p.function) for p in self._partials]
@@ -505,16 +502,31 @@ class WindowOperator:
             [*groups, *(p.column for p in self._partials)]
         )
 
+    def _refuse_emitted_windows(self, assigned: pa.Table) -> None:
+        """A row counted into a window its partition already emitted would be lost: fail the cycle instead
+        (the engine judges such rows late before they get here, so this means a step before the window
+        moved event time backwards)."""
+        emitted = self._emitted_window_starts(assigned[_PARTITION])
+        if emitted is None:
+            return
+        # No threshold (null): nothing of that partition was emitted yet.
+        closed = _booleans(pc.less_equal(assigned[_WINDOW_START], emitted)).fill_null(pa.scalar(False))
+        refused = assigned.filter(closed)
+        if refused.num_rows:
+            partitions = sorted(_distinct(refused[_PARTITION]))
+            raise OperatorRuntimeError(
+                f"operator {self.name!r}: {refused.num_rows} row(s) of partition(s) {partitions} belong to windows "
+                f"already emitted (emitted through {self._state.emitted_through}); a step before the window "
+                f"changed {self.spec.event_time_column!r}, which must stay the source's event time")
+
     def _assign_windows(self, table: pa.Table) -> pa.Table:
         """One row per (input row, window containing it), with the window's start in ``__window_start``."""
         times = event_time_ms(table[self.spec.event_time_column])
         if times.null_count:
-            self.rows_without_event_time += times.null_count
-            log.warning("rows without event time dropped",
-                        extra={"operator": self.name, "column": self.spec.event_time_column,
-                               "rows": times.null_count})
-            has_time = pc.is_valid(times)
-            table, times = table.filter(has_time), times.filter(has_time)
+            raise OperatorRuntimeError(
+                f"operator {self.name!r}: {times.null_count} row(s) have no event time in "
+                f"{self.spec.event_time_column!r}; the engine dead-letters such source rows, so a step before "
+                "the window set it to null")
         columns = {_PARTITION: table[PARTITION].cast(_PARTITION_TYPE)}
         columns.update({key: table[key] for key in self.spec.key})
         for partial in self._partials:

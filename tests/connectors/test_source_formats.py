@@ -13,9 +13,10 @@ import pyarrow.compute as pc
 import pytest
 
 from connectors.admin import create_topic, end_offsets
+from connectors.batch import SourceBatch
 from connectors.dead_letter import PoisonRecord
 from connectors.metadata import METADATA_COLUMNS
-from connectors.source import KafkaSource, SourceBatch, SourceSettings
+from connectors.source import KafkaSource, SourceSettings
 from schemas import FormatSpec, make_format
 from tests.helpers.connector_process import produce_keyed, read_until
 

@@ -10,13 +10,13 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors.admin import create_topic, end_offsets
+from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
 from connectors.metadata import METADATA_COLUMNS
 from connectors.source import (
     FETCH_DEFAULTS,
     GROUP_CONSUMER_DEFAULTS,
     KafkaSource,
-    SourceBatch,
     SourceError,
     SourceSettings,
     SourceUnavailable,

@@ -1,4 +1,5 @@
-"""Watermarks: min over active partitions minus lateness, idle partitions ignored, never backwards; late rows."""
+"""Watermarks: min over active partitions minus lateness, idle partitions ignored, never backwards; a row is late
+only by its own partition's stream time; a quiet partition closes its own open windows, no further."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from connectors.watermarks import (
     EventTimeError,
     WatermarkTracker,
     event_times_ms,
-    filter_late_rows,
+    judge_event_time,
     max_event_time_per_partition,
 )
 
@@ -159,40 +160,71 @@ def test_max_event_time_per_partition_ignores_nulls() -> None:
     assert max_event_time_per_partition(batch, "event_ms") == {0: 9, 1: 3}
 
 
-def test_filter_late_rows_splits_rows_below_the_watermark() -> None:
-    on_time, late = filter_late_rows(_batch([10, 3, 7, 5, None]), 5, "event_ms")
-    assert on_time.column("id").to_pylist() == [0, 2, 3, 4]
-    assert late.column("id").to_pylist() == [1]
-    assert on_time.schema == late.schema
+def test_rows_below_their_partitions_threshold_are_late_and_rows_without_event_time_are_set_apart() -> None:
+    judged = judge_event_time(_batch([10, 3, 7, 5, None]), {0: 5}, "event_ms")
+    assert judged.on_time.column("id").to_pylist() == [0, 2, 3]
+    assert judged.late.column("id").to_pylist() == [1]
+    assert judged.untimed.column("id").to_pylist() == [4]
+    assert judged.on_time.schema == judged.late.schema == judged.untimed.schema
 
 
-def test_filter_late_rows_without_watermark_keeps_every_row() -> None:
-    batch = _batch([1, 2])
-    on_time, late = filter_late_rows(batch, None, "event_ms")
-    assert on_time.equals(batch)
-    assert late.num_rows == 0 and late.schema == batch.schema
+def test_without_thresholds_only_rows_without_event_time_are_set_apart() -> None:
+    judged = judge_event_time(_batch([1, None, 2]), {}, "event_ms")
+    assert judged.on_time.column("id").to_pylist() == [0, 2]
+    assert judged.late.num_rows == 0
+    assert judged.untimed.column("id").to_pylist() == [1]
 
 
 def test_a_batch_with_no_late_row_is_handed_on_as_it_is() -> None:
-    batch = _batch([7, 9, None, 5], partitions=[0, 1, 1, 0])
-    on_time, late = filter_late_rows(batch, {0: 5, 1: 2}, "event_ms")
-    assert on_time is batch
-    assert late.num_rows == 0 and late.schema == batch.schema
+    batch = _batch([7, 9, 6, 5], partitions=[0, 1, 1, 0])
+    judged = judge_event_time(batch, {0: 5, 1: 2}, "event_ms")
+    assert judged.on_time is batch
+    assert judged.late.num_rows == judged.untimed.num_rows == 0 and judged.late.schema == batch.schema
 
 
 def test_per_partition_thresholds_judge_rows_the_highest_threshold_would_not_let_pass() -> None:
     """A row above its own partition's threshold stays even when another partition's is higher."""
-    on_time, late = filter_late_rows(_batch([6, 4, 30, None], partitions=[0, 0, 1, 1]), {0: 5, 1: 20}, "event_ms")
-    assert on_time.column("id").to_pylist() == [0, 2, 3]
-    assert late.column("id").to_pylist() == [1]
+    judged = judge_event_time(_batch([6, 4, 30, 21], partitions=[0, 0, 1, 1]), {0: 5, 1: 20}, "event_ms")
+    assert judged.on_time.column("id").to_pylist() == [0, 2, 3]
+    assert judged.late.column("id").to_pylist() == [1]
 
 
-def test_rows_are_judged_late_by_their_own_partition_and_a_quiet_partition_follows_the_others(
-        clock: FakeClock) -> None:
+def test_rows_of_a_partition_without_a_threshold_are_on_time() -> None:
+    judged = judge_event_time(_batch([1, 2], partitions=[3, 3]), {0: 50}, "event_ms")
+    assert judged.on_time.column("id").to_pylist() == [0, 1]
+
+
+def test_a_partition_is_judged_by_its_own_stream_time_even_after_a_quiet_spell(clock: FakeClock) -> None:
+    """Kafka Streams' stream time per partition: a quiet partition's rows are never judged by the others."""
     tracker = WatermarkTracker(1_000, 10_000, clock)
     tracker.observe(0, 5_000)
     tracker.observe(1, 20_000)
     assert tracker.late_thresholds() == {0: 4_000, 1: 19_000}  # partition 0 is not judged by partition 1
     clock.advance_ms(11_000)
     tracker.observe(1, 30_000)  # partition 0 has been quiet for longer than the idle timeout
-    assert tracker.late_thresholds() == {0: 29_000, 1: 29_000}
+    assert tracker.idle_partitions() == {0}
+    assert tracker.late_thresholds() == {0: 4_000, 1: 29_000}
+
+
+def test_a_quiet_partition_closes_its_open_windows_by_the_others_progress_and_no_further(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(1_000, 10_000, clock)
+    tracker.observe(0, 5_000)
+    tracker.observe(1, 20_000)
+    assert tracker.closing_watermarks({0: 10_000}) == {0: 4_000, 1: 19_000}  # nobody is idle yet
+    clock.advance_ms(11_000)
+    tracker.observe(1, 30_000)
+    # partition 0 is idle: its last open window ends at 10 s, so it closes through 10 s, not 29 s
+    assert tracker.closing_watermarks({0: 10_000}) == {0: 10_000, 1: 29_000}
+    # with no open window it has nothing to close, so its own stream time stays its bound
+    assert tracker.closing_watermarks({}) == {0: 4_000, 1: 29_000}
+    # the others' watermark is the cap when it is lower than the end of the open window
+    assert tracker.closing_watermarks({0: 60_000}) == {0: 29_000, 1: 29_000}
+
+
+def test_a_quiet_partition_with_records_waiting_closes_nothing_early(clock: FakeClock) -> None:
+    tracker = WatermarkTracker(0, 10_000, clock)
+    tracker.observe(0, 5_000)
+    tracker.observe(1, 20_000)
+    clock.advance_ms(11_000)
+    tracker.observe(1, 30_000)
+    assert tracker.closing_watermarks({0: 10_000}, busy={0}) == {0: 5_000, 1: 30_000}

@@ -22,7 +22,8 @@ import yaml
 from confluent_kafka import Producer
 
 from connectors.admin import end_offsets
-from connectors.source import KafkaSource, SourceBatch, SourceSettings
+from connectors.batch import SourceBatch
+from connectors.source import KafkaSource, SourceSettings
 from schemas import FormatSpec
 from sinks import produce_waiting
 from tests.helpers import REPO_ROOT

@@ -27,8 +27,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from connectors.admin import create_topic
+from connectors.batch import SourceBatch
 from connectors.metadata import METADATA_COLUMNS
-from connectors.source import SourceBatch
 from engine.testing import read_values
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
 from schemas.protobuf_format import ProtobufConfluentFormat

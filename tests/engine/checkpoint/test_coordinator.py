@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
-from connectors.source import SourceBatch
 from engine.checkpoint.coordinator import (
     CheckpointAbandoned,
     CheckpointAttempt,

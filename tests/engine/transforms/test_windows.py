@@ -122,20 +122,20 @@ def test_time_column_defaults_to_the_kafka_timestamp() -> None:
     assert operator.validate(schema).names == ["k", "window_start", "window_end", "n"]
 
 
-def test_rows_for_already_emitted_windows_are_ignored_and_counted() -> None:
+def test_a_row_for_an_already_emitted_window_fails_the_cycle_instead_of_vanishing() -> None:
+    """The engine dead-letters such rows before the window; one that still gets here is an error, never a
+    row dropped with only a counter to show for it."""
     operator = tumbling()
     first = operator.process(rows(("a", 1, 1)), watermark=10)
-    late = operator.process(rows(("a", 2, 1), ("a", 11, 1)), watermark=10)
-    rest = operator.process(SCHEMA.empty_table(), watermark=END_OF_INPUT_WATERMARK)
-    assert [(r["window_start"], r["n"]) for r in plain(first) + plain(late) + plain(rest)] == [(0, 1), (10, 1)]
-    assert operator.ignored_late_assignments == 1
+    assert [(r["window_start"], r["n"]) for r in plain(first)] == [(0, 1)]
+    with pytest.raises(OperatorRuntimeError, match=r"1 row\(s\) of partition\(s\) \[0\] belong to windows already"):
+        operator.process(rows(("a", 2, 1), ("a", 11, 1)), watermark=10)
 
 
-def test_rows_without_event_time_are_dropped_and_counted() -> None:
+def test_a_row_without_event_time_fails_the_cycle_instead_of_vanishing() -> None:
     operator = tumbling()
-    result = operator.process(rows(("a", None, 1), ("a", 4, 1)), watermark=10)
-    assert [r["n"] for r in plain(result)] == [1]
-    assert operator.rows_without_event_time == 1
+    with pytest.raises(OperatorRuntimeError, match=r"1 row\(s\) have no event time in 'ts'"):
+        operator.process(rows(("a", None, 1), ("a", 4, 1)), watermark=10)
 
 
 def test_a_watermark_moving_backwards_changes_nothing() -> None:
@@ -313,7 +313,6 @@ def test_changed_partitions_are_exactly_those_that_absorbed_rows_emitted_or_saw_
     assert changed_by(SCHEMA.empty_table(), 5) == set()
     assert changed_by(rows(("c", 4, 1), partition=2), 5) == {2}
     assert changed_by(SCHEMA.empty_table(), 10) == {0, 1, 2}  # every window [0, 10) emitted
-    assert changed_by(rows(("a", 6, 1)), 10) == set()  # late for an emitted window: ignored, nothing changed
     state.clear_changed()
     state.restore_partition(0, state.snapshot_partition(0))
     state.restore_partition(1, None)
@@ -328,7 +327,7 @@ def test_restoring_or_dropping_a_partition_forgets_that_it_changed() -> None:
     assert operator.state.changed_partitions() == {0}
 
 
-def test_a_restored_partition_that_emitted_further_ignores_late_rows_its_neighbours_accept() -> None:
+def test_a_restored_partition_that_emitted_further_refuses_rows_its_neighbours_accept() -> None:
     ahead = tumbling()
     ahead.process(rows(("a", 1, 1), partition=1), watermark=20)
     operator = tumbling()
@@ -336,25 +335,28 @@ def test_a_restored_partition_that_emitted_further_ignores_late_rows_its_neighbo
     operator.state.restore_partition(1, ahead.state.snapshot_partition(1))
     assert operator.state.emitted_through == {0: 10, 1: 20}
 
-    operator.process(cycle(rows(("b", 15, 1)), rows(("b", 16, 1), partition=1)), watermark=None)
+    operator.process(rows(("b", 15, 1)), watermark=None)
+    with pytest.raises(OperatorRuntimeError, match=r"partition\(s\) \[1\]"):
+        operator.process(rows(("b", 16, 1), partition=1), watermark=None)
     result = operator.process(SCHEMA.empty_table(), END_OF_INPUT_WATERMARK)
     assert [(r["k"], r["window_start"]) for r in plain(result)] == [("b", 10)]  # partition 0's only
-    assert operator.ignored_late_assignments == 1
 
 
 def test_a_partition_without_state_when_the_watermark_passed_has_emitted_nothing() -> None:
     operator = tumbling()
     operator.process(rows(("a", 1, 1)), watermark=50)
     assert operator.state.emitted_through == {0: 50}
-    result = operator.process(cycle(rows(("a", 2, 1)), rows(("b", 3, 1), partition=1)), watermark=50)
+    result = operator.process(rows(("b", 3, 1), partition=1), watermark=50)
     assert [(r["k"], r["window_start"]) for r in plain(result)] == [("b", 0)]
-    assert (operator.ignored_late_assignments, operator.state.emitted_through) == (1, {0: 50, 1: 50})
+    assert operator.state.emitted_through == {0: 50, 1: 50}
 
 
-def test_a_partition_whose_rows_all_lacked_event_time_still_advances_to_the_watermark() -> None:
+def test_open_until_is_the_end_of_each_partitions_last_open_window() -> None:
     operator = tumbling()
-    operator.process(rows(("a", None, 1), partition=1), watermark=10)
-    assert (operator.state.partitions(), operator.state.emitted_through) == ({1}, {1: 10})
+    operator.process(cycle(rows(("a", 1, 1), ("b", 14, 1)), rows(("a", 3, 1), partition=1)), watermark=None)
+    assert operator.state.open_until() == {0: 20, 1: 10}
+    operator.process(SCHEMA.empty_table(), watermark={0: 10, 1: 10})
+    assert operator.state.open_until() == {0: 20}
 
 
 def test_partition_snapshots_of_equal_state_are_equal_bytes_whatever_the_other_partitions_hold() -> None:

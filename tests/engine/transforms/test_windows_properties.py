@@ -3,7 +3,8 @@
 Streams of keyed events from a few source partitions are cut into random cycles, each with a watermark that
 may stay, advance or be absent; the stream ends with the end-of-input flush. The reference is dicts over the
 same events, written from the documented semantics (a row counts in every window ``start <= t < start +
-size`` of its partition; windows already emitted for its partition ignore further rows; a partition holding
+size`` of its partition; rows behind what their partition already closed never get there, since the engine
+dead-letters them first (``judged_by_the_engine``); a partition holding
 state or getting rows advances to the cycle's watermark; a window is emitted, ordered by end, key, then
 partition, in the first cycle its partition's watermark reaches its end). The same comparison must hold
 when the run is cut at a random cycle, the state snapshotted partition by partition, and the rest run on a
@@ -96,7 +97,24 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         cycles.append((events[start:end], None if move == "none" else
                        (watermark - 5 if move == "back" and watermark is not None else watermark)))
     spec = WindowSpec(kind, size, slide, key, "ts", aggregates)
-    return Scenario(spec, draw(st.sampled_from(list(TIME_TYPES))), draw(st.integers(0, 999_999)), cycles)
+    return Scenario(spec, draw(st.sampled_from(list(TIME_TYPES))), draw(st.integers(0, 999_999)),
+                    judged_by_the_engine(cycles))
+
+
+def judged_by_the_engine(cycles: list[tuple[list[Event], int | None]]) -> list[tuple[list[Event], int | None]]:
+    """The cycles without the rows the engine sets apart before the window: a row behind what its partition
+    already closed (``closed_through``, how far its windows were emitted) is a dead letter, never input."""
+    closed: dict[int, int] = {}
+    seen: set[int] = set()
+    kept_cycles = []
+    for events, watermark in cycles:
+        kept = [event for event in events if event[2] >= closed.get(event[4], -(2**63))]
+        seen.update(event[4] for event in kept)
+        if watermark is not None:
+            for partition in seen:
+                closed[partition] = max(closed.get(partition, watermark), watermark)
+        kept_cycles.append((kept, watermark))
+    return kept_cycles
 
 
 # -- the reference ---------------------------------------------------------------------------------------
