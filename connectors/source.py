@@ -123,9 +123,12 @@ def _permanent_error(source: str, where: str, error: KafkaError) -> SourceError 
 # peak RSS (bench/README.md, "Batch size"). The bytes bound caps the memory of a batch of large records.
 DEFAULT_MAX_BATCH_RECORDS = 25_000
 DEFAULT_MAX_BATCH_BYTES = 8 << 20
-ALIGNMENT_HOLD = 4
-"""An aligned source holds at most this many batches' worth of rows (or bytes) before it stops waiting for
-the partitions that hold it back (``connectors.alignment``)."""
+ALIGNMENT_HOLD_ROWS = 250_000
+ALIGNMENT_HOLD_BYTES = 32 << 20
+"""An aligned source holds at most this many rows (or four batches, when that is more) or bytes of values (as
+much as the consumer prefetches, ``PREFETCH_BOUND``) before it stops waiting for the partitions that hold it
+back (``connectors.alignment``): room for a fetch of every partition, since librdkafka fetches a backlog
+partition by partition, up to a MiB of each."""
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,9 @@ class KafkaSource:
         self._partitions: list[int] | None = None
         self._positions: dict[int, int] = {}
         self._pending = Fetched.nothing()
-        self._aligner = (EventTimeAligner(settings.event_time_column, ALIGNMENT_HOLD * settings.max_batch_records,
-                                          ALIGNMENT_HOLD * settings.max_batch_bytes)
+        self._aligner = (EventTimeAligner(settings.event_time_column,
+                                          max(ALIGNMENT_HOLD_ROWS, 4 * settings.max_batch_records),
+                                          max(ALIGNMENT_HOLD_BYTES, 4 * settings.max_batch_bytes))
                          if settings.align_event_time else None)
         self._listener: PartitionListener | None = None
         self._staged_seeks: dict[int, int] = {}

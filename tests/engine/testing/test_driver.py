@@ -185,3 +185,65 @@ def test_a_row_behind_what_its_partitions_windows_already_emitted_is_dead_letter
         owner.send([order(4, 4.0, 5)], partition=0, key=b"ada")
         assert [orjson.loads(letter.value or b"")["id"] for letter in owner.dead_letters()] == [4]
         assert owner.output_rows() == []
+
+
+# -- event time judges only what holds event-time state ------------------------------------------------------
+
+def test_a_stateless_connector_never_judges_a_row_by_its_timestamp(tmp_path: Path) -> None:
+    """Kafka timestamps going backwards by hours, on two partitions, one of them quiet for a while: every
+    row is output, nothing is late (the orders example has no window)."""
+    hour = 3_600_000
+    with TransformTestDriver(EXAMPLES / "orders-clean.yaml", partitions=2) as driver:
+        for i in range(6):
+            driver.send([order(i, 1.0 + i)], partition=i % 2, timestamp_ms=1_800_000_000_000 - i * hour)
+            driver.output()
+        time.sleep(0.05)
+        driver.send([order(9, 9.0)], partition=0, timestamp_ms=1_000)  # decades behind the rest
+        assert sorted(row["id"] for row in driver.output_rows()) == [0, 1, 2, 3, 4, 5, 9]
+        assert driver.dead_letters() == []
+        counters = driver.metrics.counters()
+        assert counters.late_rows_diverted == counters.late_rows_dropped == 0
+
+
+def window_totals_reference(rows: list[tuple[int, dict[str, Any]]], size_s: int = 10) -> dict[tuple, tuple]:
+    """Per (partition, user, window start): (sum of amounts, count) over ``rows`` (partition, order)."""
+    windows: dict[tuple, tuple] = {}
+    for partition, row in rows:
+        seconds = (dt.datetime.fromisoformat(row["ts"]) - dt.datetime(2026, 1, 1, tzinfo=UTC)).total_seconds()
+        key = (partition, row["user"], int(seconds // size_s) * size_s)
+        total, count = windows.get(key, (0.0, 0))
+        windows[key] = (total + row["amount"], count + 1)
+    return windows
+
+
+def test_a_quiet_partition_that_wakes_with_rows_of_the_others_moment_has_none_judged_late(tmp_path: Path) -> None:
+    """Partition 0 goes quiet past idle_timeout while partition 1 moves on: partition 0's open window is
+    emitted (closed by the others' progress, no further than its own end), and the rows it delivers when it
+    wakes, of the moment partition 1 is at, are on time. Windows checked against a Python reference."""
+    sent: list[tuple[int, dict[str, Any]]] = []
+    with TransformTestDriver(quiet_partition_config(tmp_path, 1), partitions=2) as driver:
+        def send(partition: int, rows: list[dict[str, Any]]) -> None:
+            sent.extend((partition, row) for row in rows)
+            driver.send(rows, partition=partition, key=b"k")
+            driver.output()
+
+        send(0, [order(1, 1.0, 1), order(2, 2.0, 5)])
+        send(1, [order(3, 3.0, 2)])
+        time.sleep(0.05)  # both quiet past the idle timeout (1 ms)
+        send(1, [order(4, 4.0, 20), order(5, 5.0, 21), order(6, 6.0, 33)])  # partition 1 moves on to 33 s
+        emitted = {(row["window_start"], row["total"]) for row in driver.output_rows()}
+        assert ("2026-01-01T00:00:00.000Z", 3.0) in emitted  # partition 0's quiet window [0, 10 s) came out
+        send(0, [order(7, 7.0, 20), order(8, 8.0, 21), order(9, 9.0, 25)])  # it wakes at partition 1's moment
+        driver.advance_event_time(int(dt.datetime(2026, 1, 1, 0, 1, tzinfo=UTC).timestamp() * 1000))
+
+        assert driver.dead_letters() == []
+        emitted_windows = {}
+        for row in driver.output_rows():
+            start = int((dt.datetime.fromisoformat(row["window_start"]) - dt.datetime(2026, 1, 1, tzinfo=UTC))
+                        .total_seconds())
+            emitted_windows.setdefault((row["user"], start), []).append((row["total"], row["n"]))
+    reference: dict[tuple, list[tuple]] = {}
+    for (_, user, start), value in sorted(window_totals_reference(sent).items()):
+        reference.setdefault((user, start), []).append(value)
+    assert {key: sorted(values) for key, values in emitted_windows.items()} == {
+        key: sorted(values) for key, values in reference.items()}
