@@ -135,7 +135,8 @@ class PipelineCallback(Protocol):
         the group assigns it (``control`` serves the commits and aborts rebalances need)."""
 
     def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
-        """Split off rows behind the current watermark (dropped or dead-lettered, counted either way)."""
+        """Set apart the rows event-time state can no longer take (late, or without an event time), as dead
+        letters or dropped, counted either way; a source that feeds no event-time state keeps every row."""
 
     def extract_watermark(self, source: str, batch: SourceBatch) -> None: ...
 

@@ -15,10 +15,12 @@ topic as a second source, and the window (and what follows it) runs on those row
   side, so event time and ``__kafka_key`` mean what they meant in the source. ``__kafka_partition`` and
   ``__kafka_offset`` after the repartition are those of the repartition topic: window state is keyed by it.
 - **Event time:** the repartition source has a watermark of its own, with the source's allowed lateness and
-  idle timeout: per repartition partition the largest event time seen minus the allowed lateness, the
-  minimum over the partitions that are not idle. Rows of many source partitions interleave there, so their
-  disorder adds up: allow lateness for it. A row behind it is late (dead-lettered as the ``arrow-ipc``
-  record of that row, or dropped, as ``late_rows`` says).
+  idle timeout, and the window judges its rows by it: per repartition partition, its largest event time
+  minus the allowed lateness (``connectors.watermarks``). Rows of many source partitions interleave there,
+  so the source's partitions are read aligned by event time (``connectors.alignment``): with one instance
+  they arrive in order. Instances of a group read at their own speeds, so their rows do not: allow lateness
+  for it. A row behind it is late (dead-lettered as the ``arrow-ipc`` record of that row, or dropped, as
+  ``late_rows`` says).
 """
 
 from __future__ import annotations
