@@ -206,13 +206,20 @@ def test_a_partition_is_judged_by_its_own_stream_time_even_after_a_quiet_spell(c
     assert tracker.late_thresholds() == {0: 4_000, 1: 29_000}
 
 
-def test_a_quiet_partition_closes_its_open_windows_by_the_others_progress_and_no_further(clock: FakeClock) -> None:
-    tracker = WatermarkTracker(1_000, 10_000, clock)
+def partition_zero_quiet(clock: FakeClock, allowed_lateness_ms: int) -> WatermarkTracker:
+    """Partition 0 at 5 s goes quiet past the idle timeout (10 s) while partition 1 moves from 20 s to 30 s."""
+    tracker = WatermarkTracker(allowed_lateness_ms, 10_000, clock)
     tracker.observe(0, 5_000)
     tracker.observe(1, 20_000)
-    assert tracker.closing_watermarks({0: 10_000}) == {0: 4_000, 1: 19_000}  # nobody is idle yet
+    assert tracker.closing_watermarks({0: 10_000}) == {0: 5_000 - allowed_lateness_ms,
+                                                       1: 20_000 - allowed_lateness_ms}  # nobody idle yet
     clock.advance_ms(11_000)
     tracker.observe(1, 30_000)
+    return tracker
+
+
+def test_a_quiet_partition_closes_its_open_windows_by_the_others_progress_and_no_further(clock: FakeClock) -> None:
+    tracker = partition_zero_quiet(clock, 1_000)
     # partition 0 is idle: its last open window ends at 10 s, so it closes through 10 s, not 29 s
     assert tracker.closing_watermarks({0: 10_000}) == {0: 10_000, 1: 29_000}
     # with no open window it has nothing to close, so its own stream time stays its bound
@@ -222,9 +229,5 @@ def test_a_quiet_partition_closes_its_open_windows_by_the_others_progress_and_no
 
 
 def test_a_quiet_partition_with_records_waiting_closes_nothing_early(clock: FakeClock) -> None:
-    tracker = WatermarkTracker(0, 10_000, clock)
-    tracker.observe(0, 5_000)
-    tracker.observe(1, 20_000)
-    clock.advance_ms(11_000)
-    tracker.observe(1, 30_000)
+    tracker = partition_zero_quiet(clock, 0)
     assert tracker.closing_watermarks({0: 10_000}, busy={0}) == {0: 5_000, 1: 30_000}
