@@ -368,8 +368,12 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         """Decoded rows back to their wire format, so a dead-letter record can be replayed as it came."""
         table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
         values: list[bytes | None] = []
+        wire_format = self._sources[source].format
         for batch in table.select(value_columns(table.column_names)).to_batches():
-            values += self._sources[source].format.encode(batch)
+            encoded = wire_format.encode(batch)
+            if len(encoded) != batch.num_rows:  # a format packing many rows in one record (arrow-ipc): one each
+                encoded = [value for row in range(batch.num_rows) for value in wire_format.encode(batch.slice(row, 1))]
+            values += encoded
         topic = self._source_settings[source].topic
         partitions = cast(list[int], table.column(PARTITION).to_pylist())  # non-nullable columns
         offsets = cast(list[int], table.column(OFFSET).to_pylist())

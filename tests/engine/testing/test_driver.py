@@ -92,13 +92,14 @@ def test_a_tumbling_window_emits_once_event_time_passes_its_end_and_late_rows_ar
         assert totals(driver.output_rows()) == [
             ("ada", "2026-01-01T00:00:00.000Z", 4.0, 2), ("bob", "2026-01-01T00:00:00.000Z", 2.0, 1)]
 
-        driver.send([order(5, 5.0, 3)])  # behind the watermark: late
+        driver.send([order(5, 5.0, 3), order(6, 6.0, 2)])  # behind the watermark: late
         driver.advance_event_time(dt.datetime(2026, 1, 1, 0, 0, 20, tzinfo=UTC).timestamp() * 1000)
         assert totals(driver.output_rows())[2:] == [("ada", "2026-01-01T00:00:10.000Z", 4.0, 1)]
         late = driver.dead_letters()
-        # judged where the window reads its rows: on the repartition topic, so the row as it was written there
-        assert [row["id"] for letter in late for row in pa.ipc.open_stream(letter.value).read_all().to_pylist()] == [5]
-        assert headers(late[0])["epochline.stage"] == "late"
+        # judged where the window reads its rows, on the repartition topic: each row as it was written there
+        assert [pa.ipc.open_stream(letter.value).read_all().column("id").to_pylist() for letter in late] == [[5], [6]]
+        assert [headers(letter)["epochline.stage"] for letter in late] == ["late", "late"]
+        assert all("late row" in headers(letter)["epochline.reason"] for letter in late)
 
 
 def test_window_state_survives_a_snapshot_restored_into_a_new_driver(tmp_path: Path) -> None:
