@@ -115,16 +115,18 @@ def assert_dead_letters(bootstrap: str, topic: str, expected: Mapping[Hashable, 
 
 def assert_exactly_once(bootstrap: str, sink: str, dead_letter_topic: str, expected: Iterable[Hashable],
                         *, dead_lettered: Mapping[Hashable, str] | Collection[Hashable] = (), reason: str = "",
-                        stage: str = "decode", ids_of: IdsOf | None = None,
+                        stage: str = "decode", ids_of: IdsOf | None = None, output_ids_of: IdsOf | None = None,
                         client_config: ClientConfig | None = None, timeout: float = 60.0) -> Accounting:
     """Output + dead letters = ``expected``, by id, read with read_committed: each expected id is in exactly
     one of the two topics, once (a ``Counter`` asks for an id that many times). The dead-letter topic holds
     exactly the ``dead_lettered`` ids (none by default), each with a reason (containing
-    ``dead_lettered[id]``, or ``reason``) and ``stage``; ``expected`` includes them. Returns what was read."""
+    ``dead_lettered[id]``, or ``reason``) and ``stage``; ``expected`` includes them. ``ids_of`` finds the ids in
+    a record (default: field ``id`` of JSON or Arrow IPC), ``output_ids_of`` in an output record when the sink
+    writes another format than the source (dead letters are the source's records). Returns what was read."""
     ids_of = ids_of or ids_in()
     want = expected if isinstance(expected, Counter) else Counter(expected)
     output = Counter(i for value in read_values(bootstrap, sink, client_config=client_config, timeout=timeout)
-                     for i in ids_of(value))
+                     for i in (output_ids_of or ids_of)(value))
     letters = read_dead_letters(bootstrap, dead_letter_topic, ids_of=ids_of, client_config=client_config,
                                 timeout=timeout)
     accounting = Accounting(output, letters)
