@@ -74,7 +74,7 @@ class DeadLetterRecord:
 
     def describe(self) -> str:
         shown = list(self.ids[:SHOWN]) if self.ids else (self.value or b"")[:60]
-        return f"{shown} ({self.stage or 'no stage'}: {self.reason or 'no reason'})"
+        return f"{shown!r} ({self.stage or 'no stage'}: {self.reason or 'no reason'})"
 
 
 @dataclass(frozen=True)
@@ -131,13 +131,18 @@ def assert_exactly_once(bootstrap: str, sink: str, dead_letter_topic: str, expec
                                 timeout=timeout)
     accounting = Accounting(output, letters)
     problems = count_problems(output + accounting.dead_lettered, want, "output + dead letters")
-    both = sorted(set(output) & set(accounting.dead_lettered), key=repr)
+    both = sorted(set(output) & set(accounting.dead_lettered), key=_in_order)
     if both:
         problems.append(f"{len(both)} ids both in the output and dead-lettered, e.g. {both[:SHOWN]}")
     problems += dead_letter_problems(letters, dead_lettered, reason=reason, stage=stage)
     assert not problems, (f"records not accounted for exactly once (sink {sink}, dead letters "
                           f"{dead_letter_topic}):\n" + "\n".join(problems))
     return accounting
+
+
+def _in_order(value: Hashable) -> tuple[str, float | str]:
+    """Numbers in numeric order, anything else by its repr: failure messages name the smallest ids first."""
+    return ("", value) if isinstance(value, int | float) else (type(value).__name__, repr(value))
 
 
 def count_problems(got: Counter[Hashable], expected: Counter[Hashable], what: str) -> list[str]:
@@ -147,12 +152,13 @@ def count_problems(got: Counter[Hashable], expected: Counter[Hashable], what: st
     missing = expected - got
     surplus = got - expected
     duplicated = {i: got[i] for i in surplus if got[i] > 1}
-    unexpected = sorted((i for i in surplus if i not in expected), key=repr)
+    unexpected = sorted((i for i in surplus if i not in expected), key=_in_order)
     problems = [f"{what}: {sum(got.values())} ids read, {sum(expected.values())} expected"]
     if missing:
-        problems.append(f"{len(missing)} ids missing (or short of copies), e.g. {sorted(missing, key=repr)[:SHOWN]}")
+        shown_missing = sorted(missing, key=_in_order)[:SHOWN]
+        problems.append(f"{len(missing)} ids missing (or short of copies), e.g. {shown_missing}")
     if duplicated:
-        shown = dict(sorted(duplicated.items(), key=repr)[:SHOWN])
+        shown = dict(sorted(duplicated.items(), key=lambda item: _in_order(item[0]))[:SHOWN])
         problems.append(f"{len(duplicated)} ids read more often than expected (id: times), e.g. {shown}")
     if unexpected:
         problems.append(f"{len(unexpected)} ids not expected at all, e.g. {unexpected[:SHOWN]}")
@@ -200,8 +206,7 @@ def _read_with_headers(bootstrap: str, topic: str, client_config: ClientConfig |
                 partition, offset, error = message.partition() or 0, message.offset() or 0, message.error()
                 if error is None:
                     if offset < ends[partition]:
-                        headers = {name: value or b"" for name, value in message.headers() or []}
-                        records.append((partition, offset, message.value(), headers))
+                        records.append((partition, offset, message.value(), _headers(message.headers())))
                 elif error.code() != KafkaError._PARTITION_EOF:
                     raise AssertionError(f"reading {topic} partition {partition} failed: {error}")
             for position in consumer.position([TopicPartition(topic, p) for p in pending]):
@@ -210,6 +215,13 @@ def _read_with_headers(bootstrap: str, topic: str, client_config: ClientConfig |
     finally:
         consumer.close()
     return [(value, headers) for _, _, value, headers in sorted(records, key=lambda r: (r[0], r[1]))]
+
+
+def _headers(pairs: Mapping[str, str | bytes | None] | Iterable[tuple[str, str | bytes | None]] | None,
+             ) -> dict[str, bytes]:
+    """A record's headers by name, values as bytes (a header without a value: empty)."""
+    items = pairs.items() if isinstance(pairs, Mapping) else pairs or []
+    return {name: value.encode() if isinstance(value, str) else value or b"" for name, value in items}
 
 
 def _stable_ends(bootstrap: str, topic: str, client_config: ClientConfig | None, timeout: float) -> dict[int, int]:
