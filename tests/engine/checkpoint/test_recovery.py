@@ -13,7 +13,7 @@ from connectors.admin import create_topic
 from engine.ports import free_port
 from engine.testing import read_values
 from engine.testing.local_broker import LocalBroker
-from tests.helpers.accounting import assert_exactly_once, read_dead_letters
+from tests.helpers.accounting import assert_dead_letters, assert_exactly_once, read_dead_letters
 from tests.helpers.connector_process import (
     json_field_counts,
     produce_values,
@@ -97,6 +97,7 @@ def test_at_least_once_delivers_every_record(kafka_bootstrap: str, unique_topic:
     connector = start_connector(config, kafka_bootstrap, stop_at_end=True, log_name="alo")
     assert connector.wait(120) == 0, connector.log_tail()
     assert set(json_field_counts(read_values(kafka_bootstrap, sink), "id")) == set(range(RECORDS))
+    assert_dead_letters(kafka_bootstrap, f"{sink}-dlq")
 
 
 def test_an_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
@@ -131,6 +132,7 @@ def test_a_poison_input_halts_an_exactly_once_connector_without_committing_it(
     assert connector.wait(120) == 2
     assert "halting without committing" in connector.log_path.read_text()
     assert POISON_ID not in json_field_counts(read_values(kafka_bootstrap, sink), "id")
+    assert_dead_letters(kafka_bootstrap, f"{sink}-dlq")  # halted, not dead-lettered
 
 
 def test_transform_errors_can_be_dead_lettered_instead(kafka_bootstrap: str, unique_topic: str,
