@@ -52,6 +52,7 @@ from bench.workload import (
 )
 from connectors.admin import create_topic, matching_topics
 from engine.testing.local_broker import KAFKA_VERSION
+from tests.helpers.accounting import assert_exactly_once
 from tests.helpers.worker_process import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -384,7 +385,8 @@ def test_epochline_copies_confluent_framed_avro_exactly_once(kafka_bootstrap: st
 
     assert {value[:5] for value in values} == {b"\x00\x00\x00\x00\x02"}
     decode = codec("avro-confluent", OUTPUT_SCHEMA).decode
-    assert verify_ids([decode(value)["id"] for value in values], workload.expected_ids).ok
+    assert_exactly_once(kafka_bootstrap, output_topic, f"{prefix}-dlq", workload.expected_ids,
+                        output_ids_of=lambda value: [decode(value or b"")["id"]])
 
 
 @pytest.mark.timeout(180)
@@ -404,7 +406,8 @@ def test_the_epochline_copy_contender_copies_every_input_value_byte_for_byte(kaf
 
     copied = read_committed_ids(kafka_bootstrap, output_topic, bytes)
     originals = read_committed_ids(kafka_bootstrap, input_topic, bytes)
-    assert sorted(copied) == sorted(originals) and len(copied) == len(workload.all_ids)
+    assert sorted(copied) == sorted(originals)
+    assert_exactly_once(kafka_bootstrap, output_topic, f"{prefix}-dlq", workload.all_ids)
 
 
 @pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])

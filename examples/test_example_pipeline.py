@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from engine.testing import create_unique_topic, produce_rows, read_topic, run_pipeline
+from engine.testing import create_unique_topic, produce_rows, read_topic, read_values, run_pipeline
 from schemas import FormatSpec
 
 ORDER_SCHEMA = {
@@ -55,3 +55,4 @@ def test_orders_pipeline_keeps_valid_orders_and_doubles_their_amount(kafka_boots
         {"id": 1, "amount2": 20.0},
         {"id": 3, "amount2": 1.0},
     ]
+    assert read_values(kafka_bootstrap, rejected) == []  # every order accounted for: kept, or filtered by the SQL

@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from engine.testing import create_unique_topic, produce_rows, read_topic, start_local_worker
+from engine.testing import create_unique_topic, produce_rows, read_topic, read_values, start_local_worker
 from schemas import FormatSpec
 
 ORDER_SCHEMA = {
@@ -50,6 +50,7 @@ def test_orders_connector_deployed_on_a_worker_writes_each_valid_order_once(kafk
         exit_code = worker.stop()  # SIGTERM: each task commits its epoch, then the worker exits
     assert exit_code == 0, worker.log_tail()
     assert sorted(output, key=lambda row: row["id"]) == [{"id": 1, "amount2": 20.0}, {"id": 3, "amount2": 1.0}]
+    assert read_values(kafka_bootstrap, rejected) == []  # every order accounted for: kept, or filtered by the SQL
 
 
 def wait_for_rows(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0) -> list[dict[str, object]]:

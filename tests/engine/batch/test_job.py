@@ -1,9 +1,10 @@
 """Bounded exactly-once batch jobs (``epochline batch``), proven against the real broker.
 
-Output is always read back with ``read_committed`` and compared, as a multiset of ids, with what the input
-holds; the crash test kills real ``epochline batch run`` processes (SIGKILL, and injected crashes at the
-two moments that matter: after an item's records are flushed but before its commit, and after its commit
-but before the store hears of it) and resumes until the batch is done.
+Output and dead letters are always read back with ``read_committed`` and compared, as a multiset of ids,
+with what the input holds (no dead letters here); the crash test kills real ``epochline batch run``
+processes (SIGKILL, and injected crashes at the two moments that matter: after an item's records are
+flushed but before its commit, and after its commit but before the store hears of it) and resumes until
+the batch is done.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from engine.batch import BatchItem, BatchPlan, BatchStore, Outcome, open_batch_s
 from engine.cli import main
 from engine.config import load_config
 from engine.testing import produce_transactions, read_values
+from tests.helpers.accounting import assert_exactly_once
 from tests.helpers.connector_process import (
     Connector,
-    json_field_counts,
     produce_values,
     start_connector,
     write_config,
@@ -178,8 +179,7 @@ def test_batch_job_killed_at_random_points_resumes_to_exactly_once_output(
     logs = "".join(path.read_text(errors="replace") for path in tmp_path.glob("*.log"))
     assert '"item reconciled: its transaction committed"' in logs
     assert '"item did not commit: running it again"' in logs
-    committed = json_field_counts(read_values(kafka_bootstrap, topics.sink), "id")
-    assert committed == kept(range(RECORDS))
+    committed = assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, kept(range(RECORDS))).output
     uncommitted = read_values(kafka_bootstrap, topics.sink, isolation="read_uncommitted")
     assert len(uncommitted) > sum(committed.values()), "no item transaction was ever cut short"
     plan = frozen_plan(config, "nightly")
@@ -209,7 +209,7 @@ def test_items_whose_ranges_end_on_transaction_markers_are_read_to_their_end(
 
     assert code == 0, err
     assert [(i.start, i.end) for i in frozen_plan(config, "markers").items] == [(0, 5), (5, 10), (10, 15), (15, 19)]
-    assert json_field_counts(read_values(kafka_bootstrap, topics.sink), "id") == Counter(range(1, 15))
+    assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, range(1, 15))
 
 
 # -- poison records --------------------------------------------------------------------------------------
@@ -239,8 +239,7 @@ def test_poison_records_fail_their_items_which_need_attention_while_the_rest_com
     assert "partition 1 offset 194" in attention[0]["reason"] and "not JSON" in attention[0]["reason"]
     assert "partition 2 offset 555" in attention[1]["reason"]
     lost = [i for i in range(SMALL) if (i % PARTITIONS, i // PARTITIONS // 500) in {(1, 0), (2, 1)}]
-    committed = json_field_counts(read_values(kafka_bootstrap, topics.sink), "id")
-    assert committed == kept(sorted(set(range(SMALL)) - set(lost)))
+    assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, kept(sorted(set(range(SMALL)) - set(lost))))
     with ledger(config) as store:
         census = store.census("poisoned")
         assert census.counts[Outcome.FAILED.value] == 2
@@ -260,8 +259,8 @@ def test_poison_record_with_on_error_halt_stops_the_job_without_committing_its_i
     with ledger(config) as store:
         census = store.census("halting")
         assert census.counts["reserved"] == 1 and not store.is_exhausted("halting")
-    committed = json_field_counts(read_values(kafka_bootstrap, topics.sink), "id")
-    assert committed == kept([i for i in range(SMALL) if i % PARTITIONS == 0])  # only partition 0 came first
+    only_partition_0 = kept([i for i in range(SMALL) if i % PARTITIONS == 0])  # partition 0 came first
+    assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, only_partition_0)
 
 
 # -- resume rules ----------------------------------------------------------------------------------------
@@ -290,7 +289,7 @@ def test_resume_after_completion_does_nothing_and_exits_zero(
 
     assert code == 0, err
     assert "0 items run, 0 reconciled" in out
-    assert json_field_counts(read_values(kafka_bootstrap, topics.sink), "id") == kept(range(SMALL))
+    assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, kept(range(SMALL)))
 
 
 def test_resume_without_the_frozen_plan_file_is_refused(
@@ -318,7 +317,7 @@ def test_records_appended_after_open_are_not_processed(
 
     assert code == 0, err
     assert "1 reconciled" in out
-    assert json_field_counts(read_values(kafka_bootstrap, topics.sink), "id") == kept(range(SMALL))
+    assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, kept(range(SMALL)))
 
 
 # -- config rules ----------------------------------------------------------------------------------------
@@ -389,7 +388,7 @@ def test_batch_job_runs_on_a_postgresql_store(kafka_bootstrap: str, topics: Topi
                              "--tenant", tenant)
 
     assert code == 0, err
-    assert json_field_counts(read_values(kafka_bootstrap, topics.sink), "id") == kept(range(SMALL))
+    assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, kept(range(SMALL)))
     store = open_batch_store(postgres_dsn, tenant)
     try:
         assert store.census("on-postgres").counts[Outcome.SUCCEEDED.value] == 8

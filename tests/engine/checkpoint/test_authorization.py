@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -20,6 +19,7 @@ from connectors.admin import create_topic
 from engine.testing import produce_transactions, read_values
 from engine.testing.auth import ClientAuth, ScramKafka
 from tests.helpers import REPO_ROOT
+from tests.helpers.accounting import assert_exactly_once
 from tests.helpers.connector_process import write_config
 
 pytestmark = [pytest.mark.auth, pytest.mark.timeout(300)]
@@ -88,9 +88,8 @@ def test_a_least_privilege_principal_runs_the_connector_exactly_once(kafka_scram
     done = run(connector_config(tmp_path, name, user), kafka_scram.bootstrap, user.password)
 
     assert done.returncode == 0, done.stderr[-3000:]
-    output = read_values(kafka_scram.bootstrap, f"{name}-out", client_config=kafka_scram.admin.settings)
-    expected = Counter(i for i in range(RECORDS) if float(i % 50) - 5 >= 0)
-    assert Counter(orjson.loads(value or b"")["id"] for value in output) == expected
+    assert_exactly_once(kafka_scram.bootstrap, f"{name}-out", f"{name}-dlq",
+                        (i for i in range(RECORDS) if float(i % 50) - 5 >= 0), client_config=kafka_scram.admin.settings)
     assert user.password not in done.stdout + done.stderr
 
 

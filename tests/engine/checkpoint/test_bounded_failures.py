@@ -18,7 +18,8 @@ from engine.ports import free_port
 from engine.testing import read_values
 from engine.testing.local_broker import LocalBroker
 from tests.helpers import REPO_ROOT
-from tests.helpers.connector_process import json_field_counts, produce_values, write_config
+from tests.helpers.accounting import assert_exactly_once
+from tests.helpers.connector_process import produce_values, write_config
 
 
 def connector(tmp_path: Path, topic: str, connect_timeout: str = "3s") -> Path:
@@ -136,7 +137,7 @@ def test_a_run_and_a_batch_job_succeed_on_a_broker_started_a_moment_ago(tmp_path
         assert stream.returncode == 0, stream.stderr[-2000:]
         assert batch.returncode == 0, batch.stderr[-2000:]
         for name in ("fresh-stream", "fresh-batch"):
-            assert json_field_counts(read_values(bootstrap, f"{name}-out"), "id") == {i: 1 for i in range(1_000)}
+            assert_exactly_once(bootstrap, f"{name}-out", f"{name}-dlq", range(1_000))
     finally:
         broker.stop()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -16,7 +15,8 @@ import pytest
 from connectors.admin import create_topic
 from engine.testing import read_values
 from engine.testing.cluster import LocalCluster
-from tests.helpers.connector_process import Connector, LiveInput, json_field_counts, start_connector, write_config
+from tests.helpers.accounting import assert_exactly_once
+from tests.helpers.connector_process import Connector, LiveInput, start_connector, write_config
 
 INSTANCE = ["--instance", "solo"]
 """The connector's instance name, so the test knows its transactional id (and its coordinator)."""
@@ -82,8 +82,8 @@ def test_output_stays_exact_while_brokers_and_the_connector_are_killed(kafka_clu
                             extra_args=INSTANCE)
     assert final.wait(300) == 0, final.log_tail()
 
-    committed = json_field_counts(read_values(kafka_cluster.bootstrap, sink, timeout=120), "id")
-    assert committed == Counter(i for i in range(RECORDS) if float(i % 100) - 10 >= 0)
+    committed = assert_exactly_once(kafka_cluster.bootstrap, sink, dlq,
+                                    (i for i in range(RECORDS) if float(i % 100) - 10 >= 0), timeout=120).output
     uncommitted = read_values(kafka_cluster.bootstrap, sink, isolation="read_uncommitted", timeout=120)
     assert len(uncommitted) > sum(committed.values()), "no aborted epoch was observed: the kills proved nothing"
     assert len(bounced) == BOUNCES

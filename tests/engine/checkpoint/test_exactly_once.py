@@ -1,7 +1,7 @@
 """Exactly-once, proven against the real broker by killing real ``epochline run`` processes.
 
-Every assertion compares multisets of ids read with ``read_committed`` against the input, and checks
-that a ``read_uncommitted`` reader saw more (aborted epochs), so the tests can fail.
+Every assertion accounts for each input id with ``read_committed``: output plus dead letters (each with its
+reason) equal the input, and a ``read_uncommitted`` reader saw more (aborted epochs), so the tests can fail.
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ import pytest
 
 from connectors.admin import create_topic
 from engine.testing import read_values
-from tests.helpers.connector_process import (
-    LiveInput,
-    json_field_counts,
-    start_connector,
-    write_config,
-)
+from tests.helpers.accounting import assert_dead_letters, assert_exactly_once
+from tests.helpers.connector_process import LiveInput, start_connector, write_config
 
 RECORDS = 200_000
 PARTITIONS = 4
@@ -93,6 +89,10 @@ def expected_sql_ids() -> Counter:
     return Counter(i for i in range(RECORDS) if not is_poison(i) and i % 10 != 0)
 
 
+POISON_IDS = [i for i in range(RECORDS) if is_poison(i)]
+"""Dead-lettered as they came, by the source's decoder: "not JSON"."""
+
+
 def run_with_kills(config: Path, bootstrap: str, source_topic: str, kills: int, seed: int) -> int:
     """While the input streams in, start the connector, SIGKILL it at a random moment (every other run:
     let an injected fault crash it between flush and commit, killing it only if no fault fired within
@@ -125,8 +125,9 @@ def test_sql_pipeline_is_exactly_once_across_random_kills(kafka_bootstrap: str, 
                               topics["dlq"], [SQL])
     faulted = run_with_kills(config, kafka_bootstrap, topics["source"], kills=kills, seed=7 + kills)
 
-    committed = json_field_counts(read_values(kafka_bootstrap, topics["sink"]), "id")
-    assert committed == expected_sql_ids()
+    committed = assert_exactly_once(kafka_bootstrap, topics["sink"], topics["dlq"],
+                                    expected_sql_ids() + Counter(POISON_IDS), dead_lettered=POISON_IDS,
+                                    reason="not JSON").output
     uncommitted = read_values(kafka_bootstrap, topics["sink"], isolation="read_uncommitted")
     assert len(uncommitted) > sum(committed.values()), "no aborted epoch was observed: the kills proved nothing"
     assert faulted >= 1, "no run crashed between flush and commit"
@@ -137,32 +138,20 @@ def test_poison_records_are_dead_lettered_exactly_once_with_their_reason(
     config = connector_config(tmp_path, f"dlq-{topics['sink']}", topics["source"], topics["sink"],
                               topics["dlq"], [SQL])
     run_with_kills(config, kafka_bootstrap, topics["source"], kills=3, seed=11)
-    from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "dlq-check",
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topics["dlq"], 0, 0)])
-    letters = []
-    while True:
-        message = consumer.poll(10)
-        assert message is not None, "dead-letter topic did not reach its end"
-        if message.error():
-            break
-        letters.append(message)
-    consumer.close()
-    expected = sorted(order(i) for i in range(RECORDS) if is_poison(i))
-    assert sorted(m.value() for m in letters) == expected
-    for message in letters:
-        headers = dict(message.headers())
-        assert headers["epochline.reason"], "dead letter without a reason"
-        assert b"json" in headers["epochline.reason"].lower() or b"decode" in headers["epochline.reason"].lower()
+    letters = assert_exactly_once(kafka_bootstrap, topics["sink"], topics["dlq"],
+                                  expected_sql_ids() + Counter(POISON_IDS), dead_lettered=POISON_IDS).dead_letters
+    assert sorted(letter.value for letter in letters) == sorted(order(i) for i in POISON_IDS)
+    for letter in letters:
+        assert "json" in letter.reason.lower() or "decode" in letter.reason.lower(), letter.reason
 
 
-def window_reference() -> dict[tuple[str, int], tuple[float, int]]:
-    """Per (user, window_start): sum of amounts and count, over 10 s tumbling windows of the input."""
+def window_reference(dead_lettered: set[int]) -> dict[tuple[str, int], tuple[float, int]]:
+    """Per (user, window_start): sum of amounts and count, over 10 s tumbling windows of the input rows that
+    were not dead-lettered."""
     sums: dict[tuple[str, int], list] = {}
     for i in range(RECORDS):
-        if is_poison(i) or i % 10 == 0:
+        if i in dead_lettered or i % 10 == 0:
             continue
         ts = BASE_TS_MS + i * 10
         total = sums.setdefault((f"u{i % 50}", ts - ts % 10_000), [0.0, 0])
@@ -199,11 +188,13 @@ def test_windowed_aggregation_is_exact_across_random_kills(kafka_bootstrap: str,
                               topics["dlq"], transform, lateness="0s")
     run_with_kills(config, kafka_bootstrap, topics["source"], kills=8, seed=3)
 
+    letters = assert_dead_letters(kafka_bootstrap, topics["dlq"], POISON_IDS, reason="not JSON")
     rows = [orjson.loads(v) for v in read_values(kafka_bootstrap, topics["sink"])]
     emitted = Counter((row["user"], epoch_ms(row["window_start"])) for row in rows)
     assert emitted and max(emitted.values()) == 1, "a window was missing entirely or emitted twice"
     watermarks = final_watermarks()
-    closed = {key: value for key, value in window_reference().items()
+    dead_lettered = {i for letter in letters for i in letter.ids}
+    closed = {key: value for key, value in window_reference(dead_lettered).items()
               if key[1] + 10_000 <= watermarks[int(key[0][1:]) % PARTITIONS]}
     got = {(row["user"], epoch_ms(row["window_start"])): (row["total"], row["n"]) for row in rows}
     assert set(got) == set(closed)

@@ -4,7 +4,6 @@ settings given by reference, and the password reaches neither an API answer nor 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -14,6 +13,7 @@ import yaml
 from connectors.admin import create_topic
 from engine.testing import LocalWorker, produce_transactions, read_values
 from engine.testing.auth import ScramKafka
+from tests.helpers.accounting import assert_exactly_once
 from tests.helpers.worker_process import start_worker, wait_for
 
 pytestmark = [pytest.mark.auth, pytest.mark.timeout(300)]
@@ -46,9 +46,8 @@ def test_a_worker_and_its_tasks_authenticate_by_reference_and_never_show_the_pas
             status = wait_for("c's group read with the worker's credentials",
                               lambda: (found := client.status("c"))["checkpoint"] is not None and found)
             shown += [orjson.dumps(answer) for answer in (status, client.get_config("c"), client.configs())]
-        got = Counter(orjson.loads(value or b"{}")["id"] for value in read_values(
-            kafka_scram.bootstrap, f"{name}-out", client_config=admin.settings))
-        assert got == Counter(range(RECORDS))
+        assert_exactly_once(kafka_scram.bootstrap, f"{name}-out", f"{name}-dlq", range(RECORDS),
+                            client_config=admin.settings)
         assert worker.stop() == 0
         shown += [worker.log_path.read_bytes(), worker.task_logs().encode()]
         assert all(admin.password.encode() not in text for text in shown)

@@ -2,7 +2,8 @@
 
 Every test starts real ``epochline worker`` processes (each running its tasks as child processes), deploys
 connectors through the API, changes, pauses, kills and restarts things while the input streams in, and reads
-the output with ``read_committed``: every input id exactly once (or exactly twice after an offset reset).
+the output and dead letters with ``read_committed``: every input id exactly once (or exactly twice after an
+offset reset), none dead-lettered.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from engine.cli import main
 from engine.testing import LocalWorker, read_values
 from engine.testing.browser import render_page, visible_text
 from engine.worker.client import WorkerApiError
+from tests.helpers.accounting import assert_exactly_once
 from tests.helpers.connector_process import LiveInput, produce_values
 from tests.helpers.transforms import FAIL_FLAG_ENV
 from tests.helpers.worker_process import start_worker, wait_for
@@ -99,7 +101,7 @@ def test_a_connector_deployed_over_rest_switches_sql_mid_stream_exactly_once_and
         assert not created
         live.join()
         rows = wait_for_output(kafka_bootstrap, sink, records)
-        assert Counter(row["id"] for row in rows) == Counter(range(records))
+        assert_exactly_once(kafka_bootstrap, sink, dead_letter, range(records))
         by_partition: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for row in rows:
             by_partition[row["p"]].append((row["o"], row["version"]))
@@ -140,8 +142,8 @@ def test_two_workers_share_a_connector_and_a_worker_killed_repeatedly_loses_and_
         second = start_worker(directory, kafka_bootstrap, name, "w2", port=second.port)
         workers.append(second)
     live.join()
-    rows = wait_for_output(kafka_bootstrap, sink, records)
-    assert Counter(row["id"] for row in rows) == Counter(range(records))
+    wait_for_output(kafka_bootstrap, sink, records)
+    assert_exactly_once(kafka_bootstrap, sink, dead_letter, range(records))
 
 
 def test_pause_resume_stop_offset_reset_and_a_failing_task_that_restart_brings_back(
@@ -173,8 +175,8 @@ def test_pause_resume_stop_offset_reset_and_a_failing_task_that_restart_brings_b
         wait_for("d stopped", lambda: task_states(worker, "d")["w1"]["state"] == "STOPPED")
         client.reset_offsets("d")
         client.resume("d")
-        rows = wait_for_output(kafka_bootstrap, sink, 3000)
-        assert Counter(row["id"] for row in rows) == Counter({i: 2 for i in range(1500)})
+        wait_for_output(kafka_bootstrap, sink, 3000)
+        assert_exactly_once(kafka_bootstrap, sink, dead_letter, Counter({i: 2 for i in range(1500)}))
 
         flag.touch()
         failing_source, failing_sink, failing_dead_letter = topics(kafka_bootstrap, f"{name}-e", partitions=1)
