@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from connectors.admin import create_topic
-from engine.testing import read_values
 from tests.engine.checkpoint.test_group import (
     PARTITIONS,
     SQL,
@@ -35,7 +32,8 @@ from tests.engine.checkpoint.test_group import (
     protocol_settings,
     wait_for_group_commit,
 )
-from tests.helpers.connector_process import Connector, LiveInput, json_field_counts, start_connector
+from tests.helpers.accounting import assert_exactly_once
+from tests.helpers.connector_process import Connector, LiveInput, start_connector
 
 IDLE_TIMEOUT_S = 2
 IDLE_TIMEOUT = f"{IDLE_TIMEOUT_S}s"
@@ -63,69 +61,6 @@ def instances_of() -> Iterator[list[Instances]]:
     yield made
     for instances in made:
         instances.close()
-
-
-def dead_letters(bootstrap: str, topic: str, timeout: float = 60.0) -> list[tuple[int, int, str]]:
-    """(id, source partition, reason) of every committed dead letter on ``topic``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dlq-check-{topic}",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False, "log_level": 0})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    letters: list[tuple[int, int, str]] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{topic}: partitions {sorted(at_end)} of {PARTITIONS} read"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                assert error.code() == KafkaError._PARTITION_EOF, error
-                at_end.add(message.partition())
-                continue
-            at_end.discard(message.partition())
-            headers = {key: value.decode() for key, value in (message.headers() or []) if value is not None}
-            value = message.value()
-            assert value is not None
-            letters.append((int(orjson.loads(value)["id"]), int(headers.get("epochline.partition", "-1")),
-                            headers.get("epochline.reason", "(no reason)")))
-    finally:
-        consumer.close()
-    return letters
-
-
-def accounting(bootstrap: str, topics: dict[str, str], records: int, partition_of: dict[int, int],
-               second_half_from: int | None = None) -> str:
-    """Assert output + dead letters = input (ids with amount >= 0, each once), then that nothing was
-    dead-lettered; the message says what went where (and why), per source partition."""
-    output = json_field_counts(read_values(bootstrap, topics["sink"]), "id")
-    letters = dead_letters(bootstrap, topics["dlq"])
-    expected = expected_ids(records)
-    lettered = Counter(i for i, _, _ in letters)
-    missing = expected - output
-    twice = Counter({i: n - 1 for i, n in output.items() if n > 1})
-    by_partition = Counter(partition for _, partition, _ in letters)
-    reasons = Counter(reason.split(" {")[0] for _, _, reason in letters)
-    examples = sorted({reason for _, _, reason in letters})[:3]
-    second_half = ("" if second_half_from is None else
-                   f"{sum(1 for i, _, _ in letters if i >= second_half_from)} of them from the second half, ")
-    summary = (
-        f"input {records} records, {sum(expected.values())} expected in the output (amount >= 0); "
-        f"output {sum(output.values())} rows ({len(output)} distinct ids, {sum(twice.values())} duplicates); "
-        f"missing from the output {sum(missing.values())} ids "
-        f"(by source partition {dict(sorted(Counter(partition_of.get(i, -1) for i in missing).items()))}); "
-        f"dead letters {len(letters)} (by source partition {dict(sorted(by_partition.items()))}, "
-        f"{second_half}reasons {dict(reasons)}, e.g. {examples}); "
-        f"neither in the output nor dead-lettered {sum((missing - lettered).values())}"
-    )
-    print(summary)
-    accounted = output + Counter({i: n for i, n in lettered.items() if i in expected})
-    assert accounted == expected, f"output + dead letters != input: {summary}"
-    assert letters == [], f"a stateless connector dead-lettered rows: {summary}"
-    assert output == expected, summary
-    return summary
 
 
 def wait_for_log(connector: Connector, text: str, timeout: float = 60.0) -> None:
@@ -170,7 +105,6 @@ def test_a_stateless_group_delivers_a_burst_after_a_quiet_period_without_dead_le
     watch = MemberWatch(kafka_bootstrap, f"epochline-{name}")
     watch.start()
     records = 2 * HALF
-    partition_of = {i: i % PARTITIONS for i in range(records)}  # round-robin; HALF is a multiple of PARTITIONS
     started = time.monotonic()
 
     # First half: a live stream over 15 s while instances are SIGKILLed and restarted.
@@ -211,7 +145,7 @@ def test_a_stateless_group_delivers_a_burst_after_a_quiet_period_without_dead_le
     most = watch.stop()
     native_io_in_logs(instances, kafka_io)
 
-    accounting(kafka_bootstrap, topics, records, partition_of, second_half_from=HALF)
+    assert_exactly_once(kafka_bootstrap, topics["sink"], topics["dlq"], expected_ids(records))  # nothing late
     assert_no_open_transactions(kafka_bootstrap, topics["sink"])
     assert_no_open_transactions(kafka_bootstrap, topics["dlq"])
     assert most >= 3, f"at most {most} members held partitions at once"
@@ -237,6 +171,6 @@ def test_a_stateless_connector_delivers_records_whose_timestamps_go_backwards_by
     connector = start_connector(config, kafka_bootstrap, stop_at_end=True)
     assert connector.wait(120) == 0, connector.log_tail()
 
-    accounting(kafka_bootstrap, topics, records, {i: i % PARTITIONS for i in range(records)})
+    assert_exactly_once(kafka_bootstrap, topics["sink"], topics["dlq"], expected_ids(records))  # nothing late
     assert_no_open_transactions(kafka_bootstrap, topics["sink"])
     assert_no_open_transactions(kafka_bootstrap, topics["dlq"])
