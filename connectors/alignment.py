@@ -55,8 +55,23 @@ ALIGNMENT_WAIT_S = 2.0
 
 @dataclass(frozen=True)
 class _Chunk:
+    """One fetch's rows still held, with what releases ask of them every time, computed once."""
+
     decoded: SourceBatch
     times: pa.Array[Any]
+    latest: dict[int, int]
+    """Per partition, the largest event time of its rows here."""
+    first: dict[int, int]
+    """Per partition, the offset of its first row or dead letter here."""
+
+    @classmethod
+    def of(cls, decoded: SourceBatch, times: pa.Array[Any]) -> _Chunk:
+        partitions, offsets = decoded.batch.column(PARTITION), decoded.batch.column(OFFSET)
+        first = {partition: -negated for partition, negated in maxima_by_partition(partitions,
+                                                                                   pc.negate(offsets)).items()}
+        for letter in decoded.dead_letters:
+            first[letter.partition] = min(first.get(letter.partition, letter.offset), letter.offset)
+        return cls(decoded, times, maxima_by_partition(partitions, times), first)
 
     @property
     def partitions(self) -> pa.Array[Any]:
@@ -112,7 +127,7 @@ class EventTimeAligner:
             letters = [letter.partition not in gone for letter in chunk.decoded.dead_letters]
             rest = _filtered(chunk.decoded, keep, letters)
             if rest.batch.num_rows or rest.dead_letters:
-                chunks.append(_Chunk(rest, chunk.times.filter(keep)))
+                chunks.append(_Chunk.of(rest, chunk.times.filter(keep)))
         self._chunks = chunks
 
     def held_partitions(self) -> set[int]:
@@ -140,7 +155,7 @@ class EventTimeAligner:
             if end >= reached:
                 self._caught_up.add(partition)
         if decoded is not None and (decoded.batch.num_rows or decoded.dead_letters):
-            self._chunks.append(_Chunk(decoded, event_times_ms(decoded.batch, self._column)))
+            self._chunks.append(_Chunk.of(decoded, event_times_ms(decoded.batch, self._column)))
 
     def release(self, handed_out: Mapping[int, int]) -> tuple[SourceBatch | None, dict[int, int]]:
         """The rows (and dead letters) at or before the frontier, and every partition's cut after them.
@@ -187,7 +202,7 @@ class EventTimeAligner:
     def _held_maxima(self) -> dict[int, int]:
         maxima: dict[int, int] = {}
         for chunk in self._chunks:
-            for partition, value in maxima_by_partition(chunk.partitions, chunk.times).items():
+            for partition, value in chunk.latest.items():
                 maxima[partition] = max(maxima.get(partition, value), value)
         return maxima
 
@@ -207,10 +222,8 @@ class EventTimeAligner:
         cuts = dict(self._fetched_to)
         held: dict[int, int] = {}
         for chunk in self._chunks:
-            for partition, negated in maxima_by_partition(chunk.partitions, pc.negate(chunk.offsets)).items():
-                held[partition] = min(held.get(partition, -negated), -negated)
-            for letter in chunk.decoded.dead_letters:
-                held[letter.partition] = min(held.get(letter.partition, letter.offset), letter.offset)
+            for partition, offset in chunk.first.items():
+                held[partition] = min(held.get(partition, offset), offset)
         for partition, offset in held.items():
             if partition in cuts:
                 cuts[partition] = offset
@@ -232,7 +245,7 @@ def _split(chunk: _Chunk, first_held: Mapping[int, int] | None) -> tuple[SourceB
     out = _filtered(chunk.decoded, before, letters_before)
     after = pc.invert(before)
     rest = _filtered(chunk.decoded, after, [not kept for kept in letters_before])
-    return out, _Chunk(rest, chunk.times.filter(after))
+    return out, _Chunk.of(rest, chunk.times.filter(after))
 
 
 def _filtered(decoded: SourceBatch, rows: pa.Array[Any], letters: list[bool]) -> SourceBatch:

@@ -472,9 +472,21 @@ class KafkaSource:
                 ends = self._ends_reached(fetched.events)
                 records = fetched.records
                 decoded = self._to_source_batch(records, records.value_bytes()) if len(records) else None
-                aligner.hold(decoded, records.next_offsets(), ends)
+                next_offsets = records.next_offsets()
+                aligner.hold(decoded, next_offsets, {**self._at_reported_end(next_offsets), **ends})
             batch = self._release(aligner)
         return batch
+
+    def _at_reported_end(self, next_offsets: Mapping[int, int]) -> dict[int, int]:
+        """The partitions a fetch read up to the high watermark its broker reported with the records: caught
+        up now, not only once the end-of-partition event comes (librdkafka sends that with a later, empty
+        fetch response, up to ``fetch.wait.max.ms`` after the last records)."""
+        ends = {}
+        for partition, offset in next_offsets.items():
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(self.settings.topic, partition), cached=True)
+            if 0 <= high <= offset:
+                ends[partition] = offset
+        return ends
 
     def _release(self, aligner: EventTimeAligner) -> SourceBatch | None:
         batch, cuts = aligner.release(self.watermarks.max_event_times())
