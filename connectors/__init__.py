@@ -7,7 +7,9 @@
 - ``checkpoint``: ``SourceCheckpoint``, a source's cut (partition -> next offset);
 - ``metadata``: the ``__kafka_*`` columns every batch carries;
 - ``offset_metadata``: what a committed offset's metadata string says (checkpoint id, batch item);
-- ``watermarks``: event-time watermarks and late rows;
+- ``batch``: ``SourceBatch``, what one poll hands the engine;
+- ``watermarks``: event-time watermarks (stream time per partition) and late rows;
+- ``alignment``: a backlog handed out in event-time order across a source's partitions;
 - ``dead_letter``: records that could not be processed, with their reason;
 - ``admin``: topics and partition offsets;
 - ``changelog``: changelog topics of keyed state (one state record per source partition) and their reader.
