@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 
 ALIGNMENT_WAIT_S = 2.0
 """How long a partition with nothing held may hold the others back since it was last heard from."""
+ALIGNMENT_GRACE_S = 0.2
+"""How long freshly fetched rows wait for caught-up partitions, which may still bring rows of the same moment:
+records a producer writes together reach the broker's partitions in separate batches (its ``linger.ms``)
+and the consumer's fetches, milliseconds apart (Kafka Streams' ``max.task.idle.ms``). Windows emit when
+their end passes, so a fifth of a second on the rows of a windowed connector costs little."""
 
 
 @dataclass(frozen=True)
@@ -59,19 +64,20 @@ class _Chunk:
 
     decoded: SourceBatch
     times: pa.Array[Any]
+    fetched_at: float
     latest: dict[int, int]
     """Per partition, the largest event time of its rows here."""
     first: dict[int, int]
     """Per partition, the offset of its first row or dead letter here."""
 
     @classmethod
-    def of(cls, decoded: SourceBatch, times: pa.Array[Any]) -> _Chunk:
+    def of(cls, decoded: SourceBatch, times: pa.Array[Any], fetched_at: float) -> _Chunk:
         partitions, offsets = decoded.batch.column(PARTITION), decoded.batch.column(OFFSET)
         first = {partition: -negated for partition, negated in maxima_by_partition(partitions,
                                                                                    pc.negate(offsets)).items()}
         for letter in decoded.dead_letters:
             first[letter.partition] = min(first.get(letter.partition, letter.offset), letter.offset)
-        return cls(decoded, times, maxima_by_partition(partitions, times), first)
+        return cls(decoded, times, fetched_at, maxima_by_partition(partitions, times), first)
 
     @property
     def partitions(self) -> pa.Array[Any]:
@@ -86,9 +92,15 @@ class EventTimeAligner:
     """Holds a source's fetched rows and releases them in event-time order across its partitions (see the
     module docstring). Not thread-safe: the source's poll loop owns it."""
 
-    def __init__(self, column: str | None, max_rows: int, max_bytes: int, *, wait_s: float = ALIGNMENT_WAIT_S,
+    def __init__(self, column: str | None, max_rows: int, max_bytes: int, *,
+                 reported_end: Callable[[int], int | None] = lambda partition: None,
+                 wait_s: float = ALIGNMENT_WAIT_S, grace_s: float = ALIGNMENT_GRACE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``reported_end``: a partition's end as the broker last reported it (its high watermark, or None
+        while unknown); asked without a request."""
         self._column = column
+        self._reported_end = reported_end
+        self._grace_s = grace_s
         self._max_rows = max_rows
         self._max_bytes = max_bytes
         self._wait_s = wait_s
@@ -127,7 +139,7 @@ class EventTimeAligner:
             letters = [letter.partition not in gone for letter in chunk.decoded.dead_letters]
             rest = _filtered(chunk.decoded, keep, letters)
             if rest.batch.num_rows or rest.dead_letters:
-                chunks.append(_Chunk.of(rest, chunk.times.filter(keep)))
+                chunks.append(_Chunk.of(rest, chunk.times.filter(keep), chunk.fetched_at))
         self._chunks = chunks
 
     def held_partitions(self) -> set[int]:
@@ -142,20 +154,24 @@ class EventTimeAligner:
 
     def hold(self, decoded: SourceBatch | None, next_offsets: Mapping[int, int], ends: Mapping[int, int]) -> None:
         """One fetch: its decoded records (None when it had none), per partition the offset after its last
-        record, and the ends of partitions the consumer reported reaching (after those records)."""
+        record, and the ends of partitions the consumer reported reaching (after those records). A partition
+        read up to its reported end is caught up at once: librdkafka sends the end-of-partition event only
+        with a later, empty fetch response, up to ``fetch.wait.max.ms`` after the last records."""
         now = self._clock()
         for partition, offset in next_offsets.items():
             self._fetched_to[partition] = max(self._fetched_to.get(partition, offset), offset)
             self._heard_at[partition] = now
             self._caught_up.discard(partition)
             self._given_up.discard(partition)
+            if self._at_reported_end(partition):
+                self._caught_up.add(partition)
         for partition, end in ends.items():
             reached = max(self._fetched_to.get(partition, end), end)
             self._fetched_to[partition] = reached
             if end >= reached:
                 self._caught_up.add(partition)
         if decoded is not None and (decoded.batch.num_rows or decoded.dead_letters):
-            self._chunks.append(_Chunk.of(decoded, event_times_ms(decoded.batch, self._column)))
+            self._chunks.append(_Chunk.of(decoded, event_times_ms(decoded.batch, self._column), now))
 
     def release(self, handed_out: Mapping[int, int]) -> tuple[SourceBatch | None, dict[int, int]]:
         """The rows (and dead letters) at or before the frontier, and every partition's cut after them.
@@ -184,11 +200,13 @@ class EventTimeAligner:
         over = (sum(chunk.decoded.batch.num_rows for chunk in self._chunks) > self._max_rows
                 or sum(chunk.decoded.value_bytes for chunk in self._chunks) > self._max_bytes)
         now = self._clock()
+        fresh = not over and any(now - chunk.fetched_at < self._grace_s for chunk in self._chunks)
         bounds: list[int] = []
         for partition in self._fetched_to:
-            if partition in self._caught_up:
-                continue
-            if partition in held:
+            if partition in self._caught_up and not self._reading_again(partition, now):
+                if fresh:  # it may still bring rows of the moment just fetched from the others
+                    bounds.append(held.get(partition, handed_out.get(partition, -(2**63))))
+            elif partition in held:
                 bounds.append(held[partition])
             elif not over and now - self._heard_at.get(partition, now) < self._wait_s:
                 bounds.append(handed_out.get(partition, -(2**63)))
@@ -198,6 +216,21 @@ class EventTimeAligner:
                     "partition": partition, "why": "too much held" if over else f"silent for {self._wait_s}s",
                     "held_rows": sum(chunk.decoded.batch.num_rows for chunk in self._chunks)})
         return min(bounds) if bounds else None
+
+    def _at_reported_end(self, partition: int) -> bool:
+        end = self._reported_end(partition)
+        return end is not None and end <= self._fetched_to[partition]
+
+    def _reading_again(self, partition: int, now: float) -> bool:
+        """A caught-up partition whose reported end moved past what was fetched: records arrived for it, so
+        it holds the others back again (and counts as heard from now)."""
+        end = self._reported_end(partition)
+        if end is None or end <= self._fetched_to[partition]:
+            return False
+        self._caught_up.discard(partition)
+        self._heard_at[partition] = now
+        self._given_up.discard(partition)
+        return True
 
     def _held_maxima(self) -> dict[int, int]:
         maxima: dict[int, int] = {}
@@ -245,7 +278,7 @@ def _split(chunk: _Chunk, first_held: Mapping[int, int] | None) -> tuple[SourceB
     out = _filtered(chunk.decoded, before, letters_before)
     after = pc.invert(before)
     rest = _filtered(chunk.decoded, after, [not kept for kept in letters_before])
-    return out, _Chunk.of(rest, chunk.times.filter(after))
+    return out, _Chunk.of(rest, chunk.times.filter(after), chunk.fetched_at)
 
 
 def _filtered(decoded: SourceBatch, rows: pa.Array[Any], letters: list[bool]) -> SourceBatch:

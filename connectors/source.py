@@ -204,7 +204,8 @@ class KafkaSource:
         self._pending = Fetched.nothing()
         self._aligner = (EventTimeAligner(settings.event_time_column,
                                           max(ALIGNMENT_HOLD_ROWS, 4 * settings.max_batch_records),
-                                          max(ALIGNMENT_HOLD_BYTES, 4 * settings.max_batch_bytes))
+                                          max(ALIGNMENT_HOLD_BYTES, 4 * settings.max_batch_bytes),
+                                          reported_end=self._reported_end)
                          if settings.align_event_time else None)
         self._listener: PartitionListener | None = None
         self._staged_seeks: dict[int, int] = {}
@@ -472,21 +473,14 @@ class KafkaSource:
                 ends = self._ends_reached(fetched.events)
                 records = fetched.records
                 decoded = self._to_source_batch(records, records.value_bytes()) if len(records) else None
-                next_offsets = records.next_offsets()
-                aligner.hold(decoded, next_offsets, {**self._at_reported_end(next_offsets), **ends})
+                aligner.hold(decoded, records.next_offsets(), ends)
             batch = self._release(aligner)
         return batch
 
-    def _at_reported_end(self, next_offsets: Mapping[int, int]) -> dict[int, int]:
-        """The partitions a fetch read up to the high watermark its broker reported with the records: caught
-        up now, not only once the end-of-partition event comes (librdkafka sends that with a later, empty
-        fetch response, up to ``fetch.wait.max.ms`` after the last records)."""
-        ends = {}
-        for partition, offset in next_offsets.items():
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(self.settings.topic, partition), cached=True)
-            if 0 <= high <= offset:
-                ends[partition] = offset
-        return ends
+    def _reported_end(self, partition: int) -> int | None:
+        """The partition's end as the broker last reported it with a fetch (no request is made)."""
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(self.settings.topic, partition), cached=True)
+        return high if high >= 0 else None
 
     def _release(self, aligner: EventTimeAligner) -> SourceBatch | None:
         batch, cuts = aligner.release(self.watermarks.max_event_times())

@@ -78,14 +78,33 @@ def test_the_cut_stops_at_each_partitions_first_row_still_held(clock: FakeClock)
     assert cuts == {0: 11, 1: 22}
 
 
-def test_a_caught_up_partition_holds_nobody_back(clock: FakeClock) -> None:
+def test_a_caught_up_partition_holds_fresh_rows_back_only_for_the_grace(clock: FakeClock) -> None:
     aligner = EventTimeAligner("t", 1000, 1 << 20, clock=clock)
     aligner.assign({0: 0, 1: 0})
-    hold(aligner, fetch(0, 0, [5, 6]))
     aligner.hold(None, {}, {1: 0})  # partition 1 is empty: its end is where it starts
+    hold(aligner, fetch(0, 0, [5, 6]))
+    assert aligner.release({}) == (None, {0: 0, 1: 0})  # it may still bring rows of that moment...
+    clock.now += 0.25  # ...but not after the grace
     batch, cuts = aligner.release({})
     assert batch is not None and batch.batch.num_rows == 2
     assert cuts == {0: 2, 1: 0}
+
+
+def test_a_partition_read_up_to_its_reported_end_is_caught_up_and_one_whose_end_moves_reads_again(
+        clock: FakeClock) -> None:
+    ends = {0: 2, 1: 1}
+    aligner = EventTimeAligner("t", 1000, 1 << 20, reported_end=ends.get, clock=clock)
+    aligner.assign({0: 0, 1: 0})
+    hold(aligner, fetch(1, 0, [1]))  # partition 1 at its end: caught up without an end-of-partition event
+    hold(aligner, fetch(0, 0, [5, 6]))
+    clock.now += 0.25
+    assert released(aligner, {1: 1}) == [(1, 1), (0, 5), (0, 6)]
+    ends[1] = 3  # the broker reports records past what partition 1 fetched: it holds the others back again
+    hold(aligner, fetch(0, 2, [7]))
+    clock.now += 0.25
+    assert released(aligner, {0: 6, 1: 1}) == []
+    hold(aligner, fetch(1, 1, [7, 8]))
+    assert released(aligner, {0: 6, 1: 1}) == [(0, 7), (1, 7)]
 
 
 def test_a_partition_with_nothing_held_holds_others_back_to_what_it_handed_out(clock: FakeClock) -> None:
@@ -146,6 +165,7 @@ def test_released_rows_keep_one_schema_and_a_later_schema_waits_its_turn(clock: 
     wider = fetch(0, 1, [2])
     wider = SourceBatch("source", wider.batch.append_column("extra", pa.array(["x"])), [], 10)
     hold(aligner, wider, end=2)
+    clock.now += 0.25  # past the grace a caught-up partition gives the rows just fetched
     assert released(aligner) == [(0, 1)]
     assert released(aligner) == [(0, 2)]
     assert aligner.release({}) == (None, {0: 2})
