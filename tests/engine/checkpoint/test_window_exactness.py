@@ -66,16 +66,9 @@ def window_topics_closed(bootstrap: str, name: str, topics: dict[str, str]) -> N
         assert_no_open_transactions(bootstrap, topic)
 
 
-CAUGHT_UP_DEFECT = (
-    "engine defect (connectors/alignment.py): a partition that reported its end before the second half was "
-    "written is 'caught up' and holds nobody back until a fetch brings its new records; with 2,000-record "
-    "batches the other partitions' second half is handed out first every time, so the caught-up partitions' "
-    "rows of the same moments reach the repartition topic behind its stream time (11,637-20,966 late in 10 of "
-    "10 runs; 1 in 10 runs with the default batches)")
-
 BATCH_SIZES = pytest.mark.parametrize("max_batch_records", [
     pytest.param(None, id="default-batches"),
-    pytest.param(2000, id="2000-record-batches", marks=pytest.mark.xfail(strict=True, reason=CAUGHT_UP_DEFECT)),
+    pytest.param(2000, id="2000-record-batches"),
 ])
 """``source.max_batch_records``: its default (25,000), as in the issue's reproduction, and the 2,000 that
 test_group's configs use."""
