@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from connectors.admin import create_topic
-from tests.engine.checkpoint.test_group import (
+from tests.helpers.accounting import assert_exactly_once
+from tests.helpers.connector_process import LiveInput, start_connector
+from tests.helpers.group import (
     PARTITIONS,
     SQL,
     Instances,
@@ -31,9 +31,8 @@ from tests.engine.checkpoint.test_group import (
     order,
     protocol_settings,
     wait_for_group_commit,
+    wait_for_log,
 )
-from tests.helpers.accounting import assert_exactly_once
-from tests.helpers.connector_process import Connector, LiveInput, start_connector
 
 IDLE_TIMEOUT_S = 2
 IDLE_TIMEOUT = f"{IDLE_TIMEOUT_S}s"
@@ -44,31 +43,6 @@ QUIET_S = 3 * IDLE_TIMEOUT_S
 """Nothing is written for this long, once the group has committed the first half: every partition turns idle."""
 
 HALF = 60_000  # per half: 10,000 records on each of the 6 partitions
-
-
-@pytest.fixture
-def topics(kafka_bootstrap: str, unique_topic: str) -> dict[str, str]:
-    names = {"source": f"{unique_topic}-in", "sink": f"{unique_topic}-out", "dlq": f"{unique_topic}-dlq"}
-    create_topic(kafka_bootstrap, names["source"], PARTITIONS)
-    create_topic(kafka_bootstrap, names["sink"], PARTITIONS)
-    create_topic(kafka_bootstrap, names["dlq"], PARTITIONS)  # as many: assert_no_open_transactions reads it too
-    return names
-
-
-@pytest.fixture
-def instances_of() -> Iterator[list[Instances]]:
-    made: list[Instances] = []
-    yield made
-    for instances in made:
-        instances.close()
-
-
-def wait_for_log(connector: Connector, text: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in connector.log_path.read_text(errors="replace"):
-        assert connector.process.poll() is None, connector.log_tail()
-        assert time.monotonic() < deadline, f"no {text} in {connector.log_path.name}:\n{connector.log_tail()}"
-        time.sleep(0.1)
 
 
 def native_io_in_logs(instances: Instances, kafka_io: str) -> None:

@@ -17,12 +17,12 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.engine.checkpoint.test_group import (
+from tests.helpers.connector_process import LiveInput, produce_values
+from tests.helpers.group import (
     GROUP_PROTOCOLS,
     Instances,
     assert_no_open_transactions,
@@ -30,8 +30,8 @@ from tests.engine.checkpoint.test_group import (
     group_config,
     protocol_settings,
     wait_for_group_commit,
+    wait_for_log,
 )
-from tests.helpers.connector_process import Connector, LiveInput, produce_values
 from tests.helpers.window_scenario import (
     PARTITIONS,
     RECORDS,
@@ -50,14 +50,6 @@ RUNS = pytest.mark.parametrize("run", range(int(os.environ.get("EPOCHLINE_WINDOW
 
 HALF = RECORDS // 2
 LATENESS_S = 0
-
-
-@pytest.fixture
-def instances_of() -> Iterator[list[Instances]]:
-    made: list[Instances] = []
-    yield made
-    for instances in made:
-        instances.close()
 
 
 def window_topics_closed(bootstrap: str, name: str, topics: dict[str, str]) -> None:
@@ -106,14 +98,6 @@ def test_a_replayed_backlog_through_one_instance_judges_no_row_late(
 
 HOLDS_SOURCE_PARTITIONS = '"event":"partitions assigned","source":"source"'
 """The pipeline's log line when an instance takes source partitions over (after restoring their state)."""
-
-
-def wait_for_log(connector: Connector, text: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in connector.log_path.read_text(errors="replace"):
-        assert connector.process.poll() is None, connector.log_tail()
-        assert time.monotonic() < deadline, f"no {text} in {connector.log_path.name}:\n{connector.log_tail()}"
-        time.sleep(0.2)
 
 
 STALL_S = 16
