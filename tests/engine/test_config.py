@@ -11,6 +11,7 @@ import yaml
 
 from engine.config import ConfigError, duration_ms, load_config
 from engine.instance import InstanceNameError, resolve_instance
+from engine.wiring import build_chain
 from tests.helpers import EXAMPLES
 
 
@@ -75,6 +76,22 @@ def test_dead_lettering_without_a_dead_letter_topic_is_refused(tmp_path: Path) -
 def test_a_transform_step_needs_exactly_one_kind(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="exactly one of sql, python, window"):
         load_config(write(tmp_path, transform={"sql": "SELECT 1", "python": "m:f"}))
+
+
+WINDOW = {"kind": "tumbling", "size": "10s", "key": ["user"], "aggregates": {"n": "count(*)"}}
+
+
+def test_a_window_judged_by_another_time_than_the_sources_event_time_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"transform step 0: window time_column 'ts' is not the source's event "
+                                          r"time \(source.event_time.column: the Kafka timestamp\)"):
+        load_config(write(tmp_path, transform={"window": {**WINDOW, "time_column": "ts"}}))
+
+
+def test_a_window_places_rows_by_the_sources_event_time_unless_it_names_the_same_column(tmp_path: Path) -> None:
+    source = {"topic": "orders", "format": "json", "event_time": {"column": "ts"}}
+    for window in (WINDOW, {**WINDOW, "time_column": "ts"}):
+        chain = build_chain(load_config(write(tmp_path, source=source, transform={"window": window})))
+        assert chain.steps[0].spec.event_time_column == "ts"  # type: ignore[attr-defined]
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
