@@ -53,6 +53,7 @@ def _worker(args: argparse.Namespace) -> int:
                                      warm_task=args.warm_task)
     run_worker(WorkerOptions(cluster=args.cluster, bootstrap=bootstrap, host=host, port=port, instance=args.instance,
                              state_dir=args.state_dir, token=token, supervision=supervision,
+                             allowed_hosts=tuple(args.rest_allowed_hosts),
                              client_config=worker_client_config(args.kafka_client)))
     return 0
 
@@ -64,6 +65,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     worker.add_argument("--rest", type=rest_address, default=("127.0.0.1", 8083), metavar="HOST:PORT",
                         help="where the REST API listens (default 127.0.0.1:8083; any other than loopback "
                              "needs a token)")
+    worker.add_argument("--rest-allowed-hosts", type=lambda text: [name for name in text.split(",") if name],
+                        default=[], metavar="NAME[,NAME...]",
+                        help="host names the REST API answers to besides IP addresses, localhost and the --rest "
+                             "host (requests naming any other Host are refused: DNS rebinding)")
     worker.add_argument("--instance", help="this worker's stable name (default: $EPOCHLINE_INSTANCE, else a name "
                                            "generated once and kept in the state dir); its tasks are named after it")
     worker.add_argument("--state-dir", type=Path, default=Path("state") / "worker",

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from connectors.admin import GroupNotEmpty
 from engine.worker.api import GroupSource, WorkerContext
+from engine.worker.guard import RequestGuard
 from engine.worker.kafka_ops import ConnectorKafka
 from engine.worker.records import ConnectorRecord, TaskStatus, status_key
 from engine.worker.store import ClusterStore
@@ -128,6 +129,10 @@ class FakeConnectorKafka:
                                 "(stop every instance first)")
 
 
+TEST_CLIENT_GUARD = RequestGuard.serving("127.0.0.1", ["testserver"])
+"""The worker's request guard, also answering to ``testserver``: the Host Starlette's ``TestClient`` sends."""
+
+
 def api_context(store: ClusterStore | None = None, groups: GroupSource | None = None,
                 kafka: ConnectorKafka | None = None, token: str | None = None) -> WorkerContext:
     """A ``WorkerContext`` for worker ``w1`` of cluster ``test`` (Kafka cluster id ``test-cluster``) over the
@@ -136,7 +141,7 @@ def api_context(store: ClusterStore | None = None, groups: GroupSource | None = 
                          groups=groups if groups is not None else FakeGroups(),
                          kafka=kafka if kafka is not None else FakeConnectorKafka(),
                          worker_id=WORKER_ID, cluster=CLUSTER, kafka_cluster_id=KAFKA_CLUSTER_ID, token=token,
-                         metrics=lambda: b"")
+                         metrics=lambda: b"", guard=TEST_CLIENT_GUARD)
 
 
 __all__ = ["FakeConnectorKafka", "FakeGroups", "MemoryClusterStore", "api_context"]

@@ -28,13 +28,13 @@ from connectors.admin import GroupNotEmpty, TopicAdminError
 from engine.config import ConfigError
 from engine.secrets import SecretReferenceError, redacted_tree
 from engine.worker.errors import StoreError
+from engine.worker.guard import LOOPBACK, YAML_TYPES, RequestGuard
 from engine.worker.kafka_ops import ConnectorKafka
 from engine.worker.records import ConnectorRecord, TargetState
 from engine.worker.store import ClusterStore
 from engine.worker.task_config import field_problems, keyed_state_change, with_name
 from engine.worker.view import GroupView, connector_view, health_problem, live_tasks
 
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 MAX_BODY_BYTES = 1 << 20
 VERSION = "0.1.0"
 T = TypeVar("T")
@@ -59,6 +59,8 @@ class WorkerContext:
     metrics: Callable[[], bytes]
     supervising: Callable[[], bool] = lambda: True
     """False when this worker's supervisor has stopped (its tasks with it): the worker is then unhealthy."""
+    guard: RequestGuard = LOOPBACK
+    """Which hosts the API answers to (``engine.worker.guard``)."""
 
 
 class ApiError(Exception):
@@ -96,12 +98,7 @@ def create_app(context: WorkerContext) -> FastAPI:
         log.exception("the API failed", extra={"path": request.url.path})
         return JSONResponse({"error_code": 500, "message": f"{type(error).__name__}: {error}"}, status_code=500)
 
-    @app.middleware("http")
-    async def _require_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if context.token is not None and request.url.path != "/ui" and not _authorized(request, context.token):
-            return JSONResponse({"error_code": 401, "message": "missing or wrong bearer token (Authorization: "
-                                 "Bearer <token>)"}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+    _check_requests(app, context)
 
     @app.get("/")
     def root() -> dict[str, Any]:
@@ -208,6 +205,27 @@ def _target_route(api: _Api, target: TargetState) -> Callable[[str], Response]:
 def _authorized(request: Request, token: str) -> bool:
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def _check_requests(app: FastAPI, context: WorkerContext) -> None:
+    """The guard (``engine.worker.guard``) first, then the token: both before any endpoint runs."""
+    @app.middleware("http")
+    async def _require_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if context.token is not None and request.url.path != "/ui" and not _authorized(request, context.token):
+            return JSONResponse({"error_code": 401, "message": "missing or wrong bearer token (Authorization: "
+                                 "Bearer <token>)"}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    @app.middleware("http")  # added last, so it runs first: before the token, before any endpoint
+    async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        has_body = request.headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in request.headers
+        refused = context.guard.refusal(request.method, request.headers, has_body)
+        if refused is not None:
+            log.warning("request refused", extra={"method": request.method, "path": request.url.path,
+                                                  "status": refused.status, "reason": refused.message})
+            return JSONResponse({"error_code": refused.status, "message": refused.message},
+                                status_code=refused.status)
+        return await call_next(request)
 
 
 async def _body(request: Request) -> Any:

@@ -29,6 +29,7 @@ from engine.logs import set_context
 from engine.state import StateDirLock
 from engine.worker.api import WorkerContext, create_app
 from engine.worker.errors import WorkerConfigError
+from engine.worker.guard import RequestGuard
 from engine.worker.kafka_ops import KafkaConnectorOps
 from engine.worker.metrics import WorkerCollector, render
 from engine.worker.store import KafkaClusterStore
@@ -48,6 +49,8 @@ class WorkerOptions:
     instance: str | None = None
     state_dir: Path = Path("state") / "worker"
     token: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names the REST API answers to besides IP addresses, localhost and ``host`` (``--rest-allowed-hosts``)."""
     client_config: dict[str, str] = field(default_factory=dict)
     """The worker's own Kafka security settings (its topics, group reads, offset changes); resolved."""
     connect_timeout_s: float = 30.0
@@ -123,7 +126,8 @@ def _serve(options: WorkerOptions, worker_id: str) -> None:
                             kafka=KafkaConnectorOps(options.bootstrap, client), worker_id=worker_id,
                             cluster=options.cluster,
                             kafka_cluster_id=cluster_id(options.bootstrap, client, options.connect_timeout_s),
-                            token=options.token, metrics=render(collector), supervising=lambda: supervisor.alive)
+                            token=options.token, metrics=render(collector), supervising=lambda: supervisor.alive,
+                            guard=RequestGuard.serving(options.host, options.allowed_hosts))
     server = uvicorn.Server(uvicorn.Config(create_app(context), host=options.host, port=options.port,
                                            log_config=None, access_log=False, lifespan="off"))
     _exit_on_signals(server)
