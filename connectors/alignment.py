@@ -144,11 +144,7 @@ class EventTimeAligner:
 
     def held_partitions(self) -> set[int]:
         """Partitions with rows or dead letters held."""
-        held: set[int] = set()
-        for chunk in self._chunks:
-            held.update(cast(list[int], pc.unique(chunk.partitions).to_pylist()))
-            held.update(letter.partition for letter in chunk.decoded.dead_letters)
-        return held
+        return {partition for chunk in self._chunks for partition in chunk.first}
 
     # -- fetches in, rows out ------------------------------------------------------------------------------
 

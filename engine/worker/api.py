@@ -28,7 +28,7 @@ from connectors.admin import GroupNotEmpty, TopicAdminError
 from engine.config import ConfigError
 from engine.secrets import SecretReferenceError, redacted_tree
 from engine.worker.errors import StoreError
-from engine.worker.guard import LOOPBACK, YAML_TYPES, RequestGuard
+from engine.worker.guard import LOOPBACK, YAML_TYPES, RequestGuard, media_type
 from engine.worker.kafka_ops import ConnectorKafka
 from engine.worker.records import ConnectorRecord, TargetState
 from engine.worker.store import ClusterStore
@@ -234,8 +234,7 @@ async def _body(request: Request) -> Any:
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, f"the body has {len(raw)} bytes, more than {MAX_BODY_BYTES} (a connector config)")
-    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    return await run_in_threadpool(_parsed, raw, content_type in YAML_TYPES)
+    return await run_in_threadpool(_parsed, raw, media_type(request.headers, "application/json") in YAML_TYPES)
 
 
 def _parsed(raw: bytes, is_yaml: bool) -> Any:

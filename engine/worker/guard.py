@@ -62,12 +62,18 @@ class RequestGuard:
         if origin is not None and urlsplit(origin).netloc.lower() != host_header.lower():
             return Refusal(403, f"Origin {origin!r} is not this worker's own ({host_header}): the API does not "
                                 "answer pages of other sites")
-        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+        content_type = media_type(headers)
         if method.upper() in CHANGING_METHODS and (has_body or content_type) and \
                 content_type not in JSON_TYPES + YAML_TYPES:
             return Refusal(415, f"Content-Type {content_type or '(none)'!r}: a request that changes something "
                                 "sends application/json or application/yaml")
         return None
+
+
+def media_type(headers: Mapping[str, str], default: str = "") -> str:
+    """``Content-Type`` without its parameters, lower case (``application/json; charset=utf-8`` ->
+    ``application/json``)."""
+    return headers.get("content-type", default).split(";")[0].strip().lower()
 
 
 def _hostname(host_header: str) -> str:
