@@ -12,18 +12,20 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
 from connectors.metadata import TIMESTAMP
 from connectors.source import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_RECORDS
+from engine.bounded_yaml import YamlRefused, read_yaml
+from engine.names import check_name
 from schemas import FormatSpec
 from schemas.factory import FormatName, SubjectStrategy
 
@@ -193,7 +195,7 @@ class BatchConfig(_Strict):
 
 
 class ConnectorConfig(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    name: Annotated[str, AfterValidator(check_name)]
     source: SourceConfig
     transform: list[StepConfig] = []
     sink: SinkConfig
@@ -205,13 +207,6 @@ class ConnectorConfig(_Strict):
     kafka: KafkaConfig = KafkaConfig()
     metrics_port: int | None = None
     _base_dir: Path = PrivateAttr(default=Path("."))
-
-    @field_validator("name")
-    @classmethod
-    def _not_a_path_step(cls, name: str) -> str:
-        if name in (".", ".."):
-            raise ValueError(f"{name!r} cannot name a connector (it names directories)")
-        return name
 
     @model_validator(mode="before")
     @classmethod
@@ -328,10 +323,16 @@ def parse_config(raw: object, base_dir: Path, where: Path | str, *, batch: bool 
 def load_config(path: Path | str, *, batch: bool = False) -> ConnectorConfig:
     """Read and validate a connector config; ``batch`` selects the rules of ``epochline batch run``."""
     path = Path(path)
+    return parse_config(read_config_file(path), path.parent, path, batch=batch)
+
+
+def read_config_file(path: Path) -> Any:
+    """The YAML of a connector config file, read with the bounds of ``engine.yaml``."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        return read_yaml(path.read_bytes())
     except OSError as error:
         raise ConfigError(f"cannot read connector config {path}: {error.strerror}") from error
+    except YamlRefused as error:
+        raise ConfigError(f"connector config {path}: {error}") from error
     except yaml.YAMLError as error:
         raise ConfigError(f"connector config {path} is not valid YAML: {error}") from error
-    return parse_config(raw, path.parent, path, batch=batch)

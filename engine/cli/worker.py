@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from engine import secrets
+from engine.bounded_yaml import read_yaml
 from engine.checkpoint import bootstrap_from
 from engine.cli.common import CommandFailed, add_bootstrap_argument
 from engine.config import KafkaConfig
@@ -30,7 +31,7 @@ def worker_client_config(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = read_yaml(path.read_bytes())
         settings = KafkaConfig(client=raw if raw is not None else {}).client
         return secrets.resolve_all(settings, path.parent)
     except OSError as error:

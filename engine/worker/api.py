@@ -25,9 +25,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from connectors.admin import GroupNotEmpty, TopicAdminError
+from engine.bounded_yaml import MAX_YAML_BYTES, read_yaml
 from engine.config import ConfigError
+from engine.names import InvalidName, check_name
 from engine.secrets import SecretReferenceError, redacted_tree
-from engine.worker.errors import StoreError
+from engine.worker.errors import RecordTooLarge, StoreError
 from engine.worker.guard import LOOPBACK, YAML_TYPES, RequestGuard, media_type
 from engine.worker.kafka_ops import ConnectorKafka
 from engine.worker.records import ConnectorRecord, TargetState
@@ -35,7 +37,7 @@ from engine.worker.store import ClusterStore
 from engine.worker.task_config import field_problems, keyed_state_change, with_name
 from engine.worker.view import GroupView, connector_view, health_problem, live_tasks
 
-MAX_BODY_BYTES = 1 << 20
+MAX_BODY_BYTES = MAX_YAML_BYTES
 VERSION = "0.1.0"
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -88,6 +90,11 @@ def create_app(context: WorkerContext) -> FastAPI:
         details = "; ".join(f"{'.'.join(str(part) for part in problem['loc'][1:])}: {problem['msg']}"
                             for problem in error.errors())
         return JSONResponse({"error_code": 400, "message": f"invalid request: {details}"}, status_code=400)
+
+    @app.exception_handler(RecordTooLarge)
+    async def _too_large_to_store(request: Request, error: RecordTooLarge) -> JSONResponse:
+        message = f"the connector config is too large to store: {error}"
+        return JSONResponse({"error_code": 400, "message": message}, status_code=400)
 
     @app.exception_handler(StoreError)
     async def _store_error(request: Request, error: StoreError) -> JSONResponse:
@@ -229,17 +236,21 @@ def _check_requests(app: FastAPI, context: WorkerContext) -> None:
 
 
 async def _body(request: Request) -> Any:
-    """The body as JSON, or YAML by content type (parsed off the event loop); too large or unreadable is
-    an error naming why."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"the body has {len(raw)} bytes, more than {MAX_BODY_BYTES} (a connector config)")
-    return await run_in_threadpool(_parsed, raw, media_type(request.headers, "application/json") in YAML_TYPES)
+    """The body as JSON, or YAML by content type (parsed off the event loop, with the bounds of
+    ``engine.bounded_yaml``); too large or unreadable is an error naming why. Reading stops at the limit, so
+    a huge body is never held whole."""
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the body has more than {MAX_BODY_BYTES} bytes (a connector config has kilobytes)")
+    return await run_in_threadpool(_parsed, bytes(raw),
+                                   media_type(request.headers, "application/json") in YAML_TYPES)
 
 
 def _parsed(raw: bytes, is_yaml: bool) -> Any:
     try:
-        return yaml.safe_load(raw) if is_yaml else orjson.loads(raw or b"null")
+        return read_yaml(raw) if is_yaml else orjson.loads(raw or b"null")
     except (yaml.YAMLError, orjson.JSONDecodeError) as error:
         raise ApiError(400, f"the body is not valid {'YAML' if is_yaml else 'JSON'}: {error}") from None
 
@@ -363,9 +374,11 @@ class _Api:
         return problems
 
     def _valid(self, name: str, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` named ``name``, if both pass every check ``epochline validate`` makes offline; else a 400
+        listing every problem."""
         try:
-            named = with_name(config, name, f"connector {name!r}")
-        except ConfigError as error:
+            named = with_name(config, check_name(name), f"connector {name!r}")
+        except (InvalidName, ConfigError) as error:
             raise ApiError(400, str(error)) from None
         problems = field_problems(named)
         if problems:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from engine.config import ConfigError, ConnectorConfig, FormatConfig, load_config
+from engine.config import ConfigError, ConnectorConfig, FormatConfig, load_config, read_config_file
 from engine.secrets import redacted_tree
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -67,7 +67,7 @@ def desired_configs(directory: Path) -> dict[str, dict[str, Any]]:
 def inlined(path: Path, config: ConnectorConfig) -> dict[str, Any]:
     """The file's mapping with ``source.schema`` / ``sink.schema`` replaced by the schema they name (JSON
     Schema or Avro, both JSON), resolved relative to the config file as ``epochline run`` resolves them."""
-    raw: dict[str, Any] = yaml.safe_load(path.read_text())  # load_config just read and validated it
+    raw: dict[str, Any] = read_config_file(path)  # load_config just read and validated it
     for section, settings in (("source", config.source), ("sink", config.sink)):
         schema = schema_file(config, settings)
         if schema is not None:

@@ -7,3 +7,8 @@ class WorkerConfigError(ValueError):
 
 class StoreError(RuntimeError):
     """The configs or status topic could not be written or read back in time; the message names the topic."""
+
+
+class RecordTooLarge(StoreError):
+    """A record is larger than the topic or the producer takes: the request that made it is at fault, not the
+    cluster (the REST API answers 400, naming the size)."""

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from connectors.admin import CLIENT_LOGGER, ClientConfig, ensure_topic
-from engine.worker.errors import StoreError
+from engine.worker.errors import RecordTooLarge, StoreError
 from engine.worker.records import ConnectorRecord, TaskStatus, status_key
 
 log = logging.getLogger(__name__)
@@ -113,15 +113,20 @@ class KafkaClusterStore:
         self._consumer.close()
 
     def _write(self, topic: str, key: bytes, value: bytes | None) -> None:
-        """Produce, wait for the broker's acknowledgement, then for this worker's reader to have read it."""
+        """Produce, wait for the broker's acknowledgement, then for this worker's reader to have read it. A
+        record too large for the producer or the topic is ``RecordTooLarge``, naming its size."""
         delivered: list[Message] = []
-        self._producer.produce(topic, key=key, value=value, on_delivery=lambda error, msg: delivered.append(msg))
+        try:
+            self._producer.produce(topic, key=key, value=value,
+                                   on_delivery=lambda error, msg: delivered.append(msg))
+        except KafkaException as error:
+            raise _write_error(topic, value, error.args[0]) from error
         self._producer.flush(self._timeout_s)
         if not delivered:
             raise StoreError(f"writing to {topic!r}: no acknowledgement within {self._timeout_s:g}s")
-        error = delivered[0].error()
-        if error is not None:
-            raise StoreError(f"writing to {topic!r} failed: {error.name()}: {error.str()}")
+        refused = delivered[0].error()
+        if refused is not None:
+            raise _write_error(topic, value, refused)
         offset = delivered[0].offset()
         assert offset is not None
         self._await_position(topic, offset + 1)
@@ -187,3 +192,10 @@ class KafkaClusterStore:
             self._statuses.pop(key, None)
         else:
             self._statuses[key] = TaskStatus.decode(value)
+
+
+def _write_error(topic: str, value: bytes | None, error: KafkaError) -> StoreError:
+    if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        return RecordTooLarge(f"the record of {len(value or b'')} bytes is larger than {topic!r} takes (the "
+                              "broker's max.message.bytes, the producer's message.max.bytes)")
+    return StoreError(f"writing to {topic!r} failed: {error.name()}: {error.str()}")

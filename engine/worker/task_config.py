@@ -47,7 +47,7 @@ def write_task_config(config: Mapping[str, Any], directory: Path, *, state_dir: 
         if isinstance(section, dict) and isinstance(section.get("schema"), dict | list):
             suffix = ".avsc" if section.get("format") in AVRO_FORMATS else ".json"
             schema_file = directory / f"{side}-schema{suffix}"
-            write_atomically(schema_file, [orjson.dumps(section["schema"], option=orjson.OPT_INDENT_2)])
+            write_atomically(schema_file, [_schema_json(side, section["schema"])])
             section["schema"] = schema_file.name
     if state_dir is not None:
         checkpoint = raw.get("checkpoint")
@@ -58,6 +58,16 @@ def write_task_config(config: Mapping[str, Any], directory: Path, *, state_dir: 
     write_atomically(path, [yaml.safe_dump(raw, sort_keys=False).encode()])
     path.chmod(0o600)
     return path
+
+
+def _schema_json(side: str, schema: object) -> bytes:
+    """An inline schema as the JSON its file holds; one that JSON cannot hold (a YAML body's number keys,
+    dates) is a ``ConfigError`` of that field."""
+    try:
+        return orjson.dumps(schema, option=orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError as error:
+        raise ConfigError(f"{side}.schema: an inline schema must be JSON: {error}",
+                          [(f"{side}.schema", f"an inline schema must be JSON: {error}")]) from None
 
 
 def load_task_config(config: Mapping[str, Any], directory: Path) -> ConnectorConfig:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,22 @@ def test_an_instance_name_is_kept_and_names_the_transactional_id_and_members(tmp
 def test_an_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"sink\.delivry: unknown key"):
         load_config(write(tmp_path, sink={"topic": "out", "delivry": "exactly-once"}))
+
+
+@pytest.mark.parametrize("name", ["n" * 201, "with space", "..", "ünïcode"])
+def test_a_name_that_breaks_the_name_rule_is_refused_stating_the_rule(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError, match=r"name: .*connector name .*A-Za-z0-9\._-"):
+        load_config(write(tmp_path, name=name))
+
+
+def test_a_yaml_alias_bomb_in_a_config_file_is_refused_within_a_second(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    levels = [f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]" for level in range(1, 12)]
+    path.write_text("\n".join(['l0: &l0 ["lol", "lol", "lol"]', *levels]))
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match=f"connector config {path}: .*aliases"):
+        load_config(path)
+    assert time.monotonic() - began < 1.0
 
 
 def test_a_transaction_timeout_below_the_checkpoint_budget_is_refused(tmp_path: Path) -> None:

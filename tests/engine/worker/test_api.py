@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 from fastapi.testclient import TestClient
@@ -22,7 +23,7 @@ from fastapi.testclient import TestClient
 from engine.group_status import ConnectorStatus, PartitionStatus
 from engine.secrets import REDACTED
 from engine.testing.worker import FakeConnectorKafka, FakeGroups, MemoryClusterStore, api_context
-from engine.worker.api import VERSION, create_app
+from engine.worker.api import MAX_BODY_BYTES, VERSION, create_app
 from engine.worker.records import STATUS_TTL_S, ConnectorRecord, TaskError, TaskState, TaskStatus
 from engine.worker.view import GroupView
 
@@ -220,6 +221,66 @@ def test_a_name_inside_the_config_that_differs_from_the_connector_name_is_400(cl
 
 def test_a_name_inside_the_config_equal_to_the_connector_name_is_accepted(client: TestClient) -> None:
     assert create(client, "a", config(name="a"))["config"]["name"] == "a"
+
+
+@pytest.mark.parametrize("name", ["x" * 201, "has space", "slash/in", "dots..ok-but-ä", ".."])
+def test_a_connector_name_that_breaks_the_name_rule_is_400_stating_the_rule(client: TestClient,
+                                                                            store: MemoryClusterStore,
+                                                                            name: str) -> None:
+    assert_error(client.post("/connectors", json={"name": name, "config": config()}), 400, "connector name",
+                 "A-Za-z0-9._-", "200")
+    if "/" not in name and name != "..":  # in a URL path, those make another path (404)
+        assert_error(client.put(f"/connectors/{name}/config", json=config()), 400, "connector name", "200")
+    assert store.connectors() == {}
+
+
+def test_the_longest_name_the_rule_allows_is_accepted(client: TestClient) -> None:
+    assert create(client, "n" * 200)["name"] == "n" * 200
+
+
+def alias_bomb(levels: int) -> str:
+    """A YAML "billion laughs" under ``source.schema``: each level repeats the one before nine times."""
+    lines = ["config:", "  source:", "    topic: in", "    schema:", '      l0: &l0 ["lol", "lol", "lol"]']
+    lines += [f"      l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]" for level in range(1, levels)]
+    return "\n".join([*lines, "  sink: {topic: out}", "  dead_letter: {topic: dlq}", "name: bomb"])
+
+
+def test_a_yaml_alias_bomb_is_400_within_a_second_and_nothing_is_stored(client: TestClient,
+                                                                        store: MemoryClusterStore) -> None:
+    began = time.monotonic()
+    response = client.post("/connectors", content=alias_bomb(12), headers={"content-type": "application/yaml"})
+    assert time.monotonic() - began < 1.0
+    assert_error(response, 400, "not valid YAML", "aliases", "expand")
+    assert store.connectors() == {}
+
+
+def test_yaml_aliases_within_the_bound_are_read(client: TestClient, store: MemoryClusterStore) -> None:
+    body = ("name: a\nconfig:\n  source: {topic: in, format: json, schema: &ids {type: object, properties: "
+            "{id: {type: integer}}}}\n  transform: {sql: SELECT id FROM input}\n  sink: {topic: out, schema: *ids}\n"
+            "  dead_letter: {topic: dlq}\n")
+    assert client.post("/connectors", content=body, headers={"content-type": "application/yaml"}).status_code == 201
+    assert record(store).config["sink"]["schema"] == record(store).config["source"]["schema"] == \
+        {"type": "object", "properties": {"id": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize(("content", "media", "words"), [
+    ("name: &a [*a]", "application/yaml", ("recursive alias",)),
+    ("[" * 20_000, "application/yaml", ("nests deeper",)),
+    ("[" * 20_000, "application/json", ("not valid JSON",)),
+    ("name: a\nconfig: {source: {topic: in, schema: {1: 2}}, sink: {topic: out}, dead_letter: {topic: d}}",
+     "application/yaml", ("source.schema", "must be JSON")),
+])
+def test_a_malformed_body_is_400_saying_why_never_500(client: TestClient, store: MemoryClusterStore, content: str,
+                                                     media: str, words: tuple[str, ...]) -> None:
+    assert_error(client.post("/connectors", content=content, headers={"content-type": media}), 400, *words)
+    assert store.connectors() == {}
+
+
+def test_a_body_over_the_limit_is_413_naming_the_limit(client: TestClient, store: MemoryClusterStore) -> None:
+    body = orjson.dumps({"name": "a", "config": config(sink={"topic": "x" * MAX_BODY_BYTES})})
+    assert_error(client.post("/connectors", content=body, headers={"content-type": "application/json"}), 413,
+                 str(MAX_BODY_BYTES))
+    assert store.connectors() == {}
 
 
 # --- a connector that does not exist ---------------------------------------------------------------------------
