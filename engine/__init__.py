@@ -20,7 +20,7 @@ The public face::
 
 from engine.checkpoint import ConnectorFailed, RecoveryError, RunOptions, run_connector
 from engine.config import ConfigError, ConnectorConfig, load_config
-from engine.validation import validate_offline, validate_online
+from engine.validation import checked_config, validate_online
 
 __all__ = [
     "ConfigError",
@@ -28,8 +28,8 @@ __all__ = [
     "ConnectorFailed",
     "RecoveryError",
     "RunOptions",
+    "checked_config",
     "load_config",
     "run_connector",
-    "validate_offline",
     "validate_online",
 ]

@@ -283,7 +283,8 @@ def _field_problems(error: ValidationError) -> list[tuple[str, str]]:
              "unknown key" if problem["type"] == "extra_forbidden" else problem["msg"]) for problem in error.errors()]
 
 
-def _invalid(problems: list[tuple[str, str]], where: Path | str) -> ConfigError:
+def invalid_config(problems: list[tuple[str, str]], where: Path | str) -> ConfigError:
+    """One ``ConfigError`` listing every ``(field, message)`` problem, a line each."""
     lines = [f"invalid connector config {where}:", *(f"  {field}: {message}" for field, message in problems)]
     return ConfigError("\n".join(lines), problems)
 
@@ -312,10 +313,10 @@ def parse_config(raw: object, base_dir: Path, where: Path | str, *, batch: bool 
     try:
         config = ConnectorConfig.model_validate(raw)
     except ValidationError as error:
-        raise _invalid(_field_problems(error), where) from None
+        raise invalid_config(_field_problems(error), where) from None
     problems = _batch_only_problems(config, batch)
     if problems:
-        raise _invalid(problems, where)
+        raise invalid_config(problems, where)
     config._base_dir = base_dir.absolute()
     return config
 

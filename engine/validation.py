@@ -10,31 +10,67 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
+from pydantic import BaseModel, ValidationError
 
 from connectors.admin import KafkaUnreachable, authorized_operations, check_connection
-from engine.config import ConnectorConfig
-from engine.transforms import OperatorConfigError
-from engine.wiring import build_chain, client_config, input_schema, sink_format, source_format
-from schemas import SchemaError
+from engine.config import (
+    ConfigError,
+    ConnectorConfig,
+    SinkConfig,
+    SourceConfig,
+    StepConfig,
+    invalid_config,
+    parse_config,
+    read_config_file,
+)
+from engine.transforms import OperatorConfigError, SqlOperator
+from engine.wiring import client_config, input_schema, steps_chain
+from schemas import SchemaError, make_format
 
 OFFLINE_FAILURES = (SchemaError, OperatorConfigError)
 _STEP_NAME = re.compile(r"step(\d+)-(sql|python|window)")
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def validate_offline(config: ConnectorConfig) -> None:
-    """Everything that can be checked without a broker: schemas load, the sink format builds, and the
-    transform accepts the source's schema (when the source has an explicit schema). Raises the first failure."""
-    for _, check in _offline_checks(config):
-        check()
+@dataclass(frozen=True)
+class _Sections:
+    """What the offline checks look at: the sections of a config that are valid on their own (None: not)."""
+
+    source: SourceConfig | None
+    steps: list[StepConfig] | None
+    sink: SinkConfig | None
+    base_dir: Path
 
 
-def offline_problems(config: ConnectorConfig) -> list[tuple[str, str]]:
-    """The same checks, every failure as ``(field, message)``: what the worker's validate endpoint reports.
-    A transform failure names its step (``transform.1.sql``) from the operator name in the message."""
+def checked_config(path: Path, *, batch: bool = False) -> ConnectorConfig:
+    """``epochline validate`` offline, for a config file and for a config sent to a worker (written to files
+    as its task will read it): the config model, then the schemas, the sink format and the transform against
+    the source schema. A ``ConfigError`` lists every problem found, each with its field: an unknown key does
+    not hide a bad query, since the sections that are valid on their own are checked anyway."""
+    raw = read_config_file(path)
+    try:
+        config = parse_config(raw, path.parent, path, batch=batch)
+    except ConfigError as error:
+        more = _offline_problems(_valid_sections(raw, path.parent))
+        if more:
+            raise invalid_config(error.problems + more, path) from None
+        raise
+    problems = _offline_problems(_Sections(config.source, config.transform, config.sink, config.base_dir))
+    if problems:
+        raise invalid_config(problems, path)
+    return config
+
+
+def _offline_problems(sections: _Sections) -> list[tuple[str, str]]:
+    """Every failure of the offline checks as ``(field, message)``. A transform failure names its step
+    (``transform.1.sql``) from the operator name in the message."""
     problems = []
-    for field, check in _offline_checks(config):
+    for field, check in _offline_checks(sections):
         try:
             check()
         except OFFLINE_FAILURES as error:
@@ -43,22 +79,52 @@ def offline_problems(config: ConnectorConfig) -> list[tuple[str, str]]:
     return problems
 
 
-def _offline_checks(config: ConnectorConfig) -> list[tuple[str, Callable[[], None]]]:
-    """The offline checks in order, each with the config field it is about; the transform check uses the
-    schema the source check found (none when the source schema failed or is not explicit)."""
+def _offline_checks(sections: _Sections) -> list[tuple[str, Callable[[], None]]]:
+    """The offline checks in order, each with the config field it is about. The transform is checked against
+    the schema the source check found; without one (the source schema failed, or is inferred from the
+    records) its SQL is still parsed, and its Python functions and window specs are still made."""
     found: list[pa.Schema | None] = [None]
+    source, steps, sink = sections.source, sections.steps, sections.sink
 
-    def source() -> None:
-        found[0] = input_schema(source_format(config))
+    def source_check() -> None:
+        if source is not None:
+            found[0] = input_schema(make_format(source.format_spec(sections.base_dir)))
 
-    def sink() -> None:
-        sink_format(config)
+    def sink_check() -> None:
+        if sink is not None:
+            make_format(sink.format_spec(sections.base_dir))
 
-    def transform() -> None:
+    def transform_check() -> None:
+        if steps is None:
+            return
+        chain = steps_chain(steps, source.event_time.column if source is not None else None)
         if found[0] is not None:
-            build_chain(config).validate(found[0])
+            chain.validate(found[0])
+            return
+        for step in chain.steps:
+            if isinstance(step, SqlOperator):
+                step.check_query()
 
-    return [("source", source), ("sink", sink), ("transform", transform)]
+    return [("source", source_check), ("sink", sink_check), ("transform", transform_check)]
+
+
+def _valid_sections(raw: object, base_dir: Path) -> _Sections:
+    """The sections of ``raw`` (a config the model refused) that are valid on their own; the steps only when
+    every one is, since a step's position names its operator."""
+    if not isinstance(raw, dict):
+        return _Sections(None, None, None, base_dir)
+    transform = raw.get("transform", [])
+    steps = [_valid(StepConfig, step) for step in (transform if isinstance(transform, list) else [transform])]
+    valid_steps = [step for step in steps if step is not None]
+    return _Sections(_valid(SourceConfig, raw.get("source")), valid_steps if len(valid_steps) == len(steps) else None,
+                     _valid(SinkConfig, raw.get("sink")), base_dir.absolute())
+
+
+def _valid(model: type[ModelT], data: object) -> ModelT | None:
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        return None
 
 
 def validate_online(config: ConnectorConfig, bootstrap: str) -> list[str]:

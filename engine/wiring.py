@@ -6,7 +6,7 @@ config key means the same thing in both and a new key is wired once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -48,8 +48,13 @@ def build_operator(step: StepConfig, index: int, event_time_column: str | None =
 
 
 def build_chain(config: ConnectorConfig) -> OperatorChain:
-    column = config.source.event_time.column
-    return chain_of([build_operator(step, index, column) for index, step in enumerate(config.transform)])
+    return steps_chain(config.transform, config.source.event_time.column)
+
+
+def steps_chain(steps: Sequence[StepConfig], event_time_column: str | None) -> OperatorChain:
+    """The chain of ``transform`` steps alone: what ``build_chain`` makes, and what validation checks of a
+    config whose other sections may be invalid."""
+    return chain_of([build_operator(step, index, event_time_column) for index, step in enumerate(steps)])
 
 
 def open_early(config: ConnectorConfig) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from engine.checkpoint import RunOptions, bootstrap_from, run_connector
 from engine.cli.common import CommandFailed, add_bootstrap_argument, crash_point
 from engine.config import load_config
-from engine.validation import validate_offline, validate_online
+from engine.validation import checked_config, validate_online
 from engine.worker.child import die_with_parent
 
 
@@ -30,8 +30,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     """Checks the config file, its schemas and its transform; with ``--online`` also Kafka, touching no data."""
-    config = load_config(args.config, batch=args.batch)
-    validate_offline(config)
+    config = checked_config(args.config, batch=args.batch)
     if args.online:
         problems = validate_online(config, bootstrap_from(args.bootstrap_servers))
         if problems:

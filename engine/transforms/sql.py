@@ -42,25 +42,33 @@ class SqlOperator:
     def validate(self, input_schema: pa.Schema) -> pa.Schema:
         """Bind and run the query over an empty table of ``input_schema``: unknown columns, syntax errors
         and type errors surface here as ``OperatorConfigError`` carrying DuckDB's message."""
+        self.check_query()
         self._connection.register(INPUT_VIEW, input_schema.empty_table())
         try:
-            self._require_one_select()
             relation = self._connection.sql(self.query)
             self._output_schema = relation.to_arrow_table().schema
         except duckdb.Error as exc:
-            raise OperatorConfigError(f"operator {self.name!r}: query {self.query!r} is invalid: {exc}") from exc
+            raise self._invalid(exc) from exc
         self._relation = relation
         return self._output_schema
 
-    def _require_one_select(self) -> None:
-        """Only a single read-only query is re-runnable per cycle; DuckDB would run any other statement once."""
-        statements = self._connection.extract_statements(self.query)
+    def check_query(self) -> None:
+        """What can be checked without the input's schema (a source whose schema is inferred from its first
+        records): the query parses and is exactly one SELECT. Only a single read-only query is re-runnable
+        per cycle; DuckDB would run any other statement once."""
+        try:
+            statements = self._connection.extract_statements(self.query)
+        except duckdb.Error as exc:
+            raise self._invalid(exc) from exc
         if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
             kinds = [statement.type.name for statement in statements]
             raise OperatorConfigError(
                 f"operator {self.name!r}: query {self.query!r} must be exactly one SELECT over {INPUT_VIEW!r}, "
                 f"found statements {kinds}"
             )
+
+    def _invalid(self, error: duckdb.Error) -> OperatorConfigError:
+        return OperatorConfigError(f"operator {self.name!r}: query {self.query!r} is invalid: {error}")
 
     def process(self, table: pa.Table, watermark: Watermark) -> pa.Table:
         if self._relation is None and table.num_columns == 0:

@@ -20,7 +20,7 @@ import yaml
 
 from engine.config import ConfigError, ConnectorConfig, load_config
 from engine.state.files import write_atomically
-from engine.validation import offline_problems
+from engine.validation import checked_config
 
 CONFIG_FILE = "config.yaml"
 AVRO_FORMATS = ("avro", "avro-confluent")
@@ -77,19 +77,20 @@ def load_task_config(config: Mapping[str, Any], directory: Path) -> ConnectorCon
 
 @contextmanager
 def loaded(config: Mapping[str, Any]) -> Iterator[ConnectorConfig]:
-    """``config`` loaded from a temporary directory that lives as long as the block (validation, status)."""
+    """``config`` loaded from a temporary directory that lives as long as the block (status, Kafka operations)."""
     with tempfile.TemporaryDirectory(prefix="epochline-config-") as directory:
         yield load_task_config(config, Path(directory))
 
 
 def field_problems(config: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Every problem ``epochline validate`` would find offline, as ``(field, message)``: the config model's,
-    then (if it loads) the schemas', the sink format's and the transform's against the source schema."""
-    try:
-        with loaded(config) as parsed:
-            return offline_problems(parsed)
-    except ConfigError as error:
-        return error.problems
+    """Every problem ``epochline validate`` would find offline, as ``(field, message)``: ``config`` written as
+    its task would read it, then checked by the same function as a config file (``checked_config``)."""
+    with tempfile.TemporaryDirectory(prefix="epochline-config-") as directory:
+        try:
+            checked_config(write_task_config(config, Path(directory)))
+        except ConfigError as error:
+            return error.problems
+    return []
 
 
 def keyed_state_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:

@@ -223,6 +223,34 @@ def test_a_name_inside_the_config_equal_to_the_connector_name_is_accepted(client
     assert create(client, "a", config(name="a"))["config"]["name"] == "a"
 
 
+SCHEMALESS: dict[str, Any] = {"source": {"topic": "in", "format": "json"}, "sink": {"topic": "out"},
+                              "dead_letter": {"topic": "dlq"}}
+
+
+@pytest.mark.parametrize("sql", ["SELEC 1", "SELECT id FROM input WHERE", "DELETE FROM input"])
+def test_sql_that_is_no_single_select_is_400_even_when_the_source_schema_is_inferred(
+        client: TestClient, store: MemoryClusterStore, sql: str) -> None:
+    body = {**SCHEMALESS, "transform": {"sql": sql}}
+    assert_error(client.put("/connectors/r9/config", json=body), 400, "'r9'", "transform.0.sql")
+    assert_error(client.post("/connectors", json={"name": "r9", "config": body}), 400, "transform.0.sql")
+    assert store.connectors() == {}
+
+
+def test_every_problem_of_a_config_is_in_one_400_each_with_its_field(client: TestClient,
+                                                                     store: MemoryClusterStore) -> None:
+    body = config(bogus=1, checkpoint={"interval": "soon"}, sink={"topic": "out", "delivery": "twice"},
+                  transform={"sql": "SELECT missing_column FROM input"})
+    message = assert_error(client.put("/connectors/a/config", json=body), 400)
+    for field in ("bogus: unknown key", "checkpoint.interval:", "sink.delivery:", "transform.0.sql:"):
+        assert field in message, message
+    assert "missing_column" in message
+    answer = client.put(VALIDATE, json=body).json()
+    assert sorted(entry["value"]["name"] for entry in answer["configs"]) == \
+        ["bogus", "checkpoint.interval", "sink.delivery", "transform.0.sql"]
+    assert answer["error_count"] == 4
+    assert store.connectors() == {}
+
+
 @pytest.mark.parametrize("name", ["x" * 201, "has space", "slash/in", "dots..ok-but-ä", ".."])
 def test_a_connector_name_that_breaks_the_name_rule_is_400_stating_the_rule(client: TestClient,
                                                                             store: MemoryClusterStore,
