@@ -220,6 +220,23 @@ def test_the_api_reports_bad_configs_per_field_and_bad_requests_by_reason(
         with pytest.raises(WorkerApiError) as invalid:
             client.create("x", config)
         assert invalid.value.status_code == 400 and "transform.0.sql" in str(invalid.value)
+    schemaless = {**config, "source": {"topic": "in", "format": "json"}, "transform": {"sql": "SELEC 1"}}
+    big = connector_config("in", "out", "dlq")
+    big["source"]["consumer"] = {"client.rack": "x" * 1_040_000}  # a body under 1 MiB, a record over 1,000,000 bytes
+    yaml_body = {"content-type": "application/yaml"}
+    bomb = "\n".join(['name: bomb', 'config: {source: {topic: in, schema: {l0: &l0 ["lol", "lol", "lol"]}}}',
+                      *(f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]" for level in range(1, 12))])
+    refusals = [(httpx.put(f"{worker.url}/connectors/r9/config", json=schemaless), "transform.0.sql"),
+                (httpx.put(f"{worker.url}/connectors/{'n' * 300}/config", json=config), "too long"),
+                (httpx.post(f"{worker.url}/connectors", content=bomb, headers=yaml_body), "aliases"),
+                (httpx.put(f"{worker.url}/connectors/big/config", json=big, timeout=30), "bytes is larger than")]
+    for response, words in refusals:
+        assert response.status_code == 400 and words in response.json()["message"], response.text
+    assert refusals[2][0].elapsed.total_seconds() < 1.0  # the bomb: refused before anything expands it
+    with worker.client() as client:
+        assert client.list() == []
+
+
 
 
 def test_a_worker_needs_a_token_off_loopback_and_never_shows_a_configured_password(
