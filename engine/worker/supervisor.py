@@ -24,6 +24,7 @@ from __future__ import annotations
 import http.client
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 TRACE_LINES = 40
 FORGET_AFTER_S = 10 * STATUS_TTL_S
 """A status not rewritten for this long is removed: its worker is not coming back soon."""
+TASKS_FOLDER = "connectors"
+"""The folder of the worker's state dir that holds one folder per connector task (``task_directory``)."""
 WORKER_ONLY_ENV = frozenset({"EPOCHLINE_API_TOKEN"})
 """What a task does not inherit from its worker: the API token is the worker's, not the connector's."""
 
@@ -99,7 +102,7 @@ class Task:
         self._launcher = launcher or task_launcher(settings, warm=False)
         self.incarnation = record.incarnation
         self._settings = settings
-        self._directory = settings.state_dir / "connectors" / name
+        self._directory = task_directory(settings, name)
         self.state: TaskState = "UNASSIGNED"
         self.child: _Child | None = None
         self.restarts = 0
@@ -151,6 +154,11 @@ class Task:
         if self.child is not None and self.child.process.poll() is None:
             self.child.process.kill()
             self.child.process.wait(timeout=10)
+
+    def remove_files(self) -> None:
+        """Remove everything the task kept on disk: its config (which may hold literal secrets), schema files,
+        state and log. Called once the connector is deleted and the task has stopped."""
+        remove_task_files(self._directory)
 
     def scrape_dead_letters(self) -> None:
         """The child's own count of records sent to the dead-letter topic, from its metrics endpoint."""
@@ -231,6 +239,23 @@ class Task:
     def _fail_now(self, error: TaskError, trace: str | None) -> None:
         self.state, self.error, self.trace = "FAILED", error, trace
         log.error("task failed", extra={"connector": self.name, "error": error.message})
+
+
+def task_directory(settings: SupervisorSettings, name: str) -> Path:
+    """Where connector ``name``'s task keeps its config, state and log on this worker."""
+    return settings.state_dir / TASKS_FOLDER / name
+
+
+def remove_task_files(directory: Path) -> None:
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        log.warning("cannot remove a deleted connector's files", extra={"directory": str(directory),
+                                                                         "error": str(error)})
+    else:
+        log.info("removed a deleted connector's files", extra={"directory": str(directory)})
 
 
 def task_launcher(settings: SupervisorSettings, *, warm: bool) -> TaskLauncher:
@@ -319,6 +344,7 @@ class Supervisor:
     def _loop(self) -> None:
         """Tasks are started from this thread, and ``PR_SET_PDEATHSIG`` fires when the thread that forked a
         child ends: so this thread lives exactly as long as the tasks may, and no failure ends it early."""
+        self._remove_leftovers()
         while not self._stop.is_set():
             try:
                 self._tick(time.monotonic())
@@ -353,8 +379,19 @@ class Supervisor:
             log.exception("a task step failed", extra={"connector": name})
         if (record is None or replaced) and task.stopped:
             del self._tasks[name]
+            task.remove_files()
             if record is None:
                 self._forget(name)
+
+    def _remove_leftovers(self) -> None:
+        """At start, remove the folders of connectors no longer in the cluster: deleted while this worker was
+        down, or before it had removed their files. The store has read the whole configs topic by now, and
+        no task of this supervisor has started yet."""
+        existing = self._store.connectors()
+        folder = self._settings.state_dir / TASKS_FOLDER
+        for directory in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if directory.is_dir() and directory.name not in existing:
+                remove_task_files(directory)
 
     def _publish(self, now: float) -> None:
         heartbeat = now - self._last_heartbeat >= self._settings.status_interval_s

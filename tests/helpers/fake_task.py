@@ -3,8 +3,9 @@
 It takes the task's command line (``--log-format json run CONFIG --instance W --bootstrap-servers B``) and
 behaves as the config's ``name`` says: ``runs-*`` runs until SIGTERM and exits 0 (a task that commits and
 stops), ``stubborn-*`` ignores SIGTERM (a task stuck committing), ``fails-*`` reports an error through the
-worker's error file and exits 2 (a task that halts). Each start appends its PID to ``starts.log`` beside
-the config, so a test can count starts.
+worker's error file and exits 2 (a task that halts). Each start appends its PID to ``starts/<name>.log`` in
+the worker's state dir (which outlives the task's own folder, removed with its connector), so a test can
+count starts.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from engine.worker.child import ERROR_FILE_ENV
 def main(argv: list[str]) -> int:
     config_path = Path(argv[argv.index("run") + 1])
     name = yaml.safe_load(config_path.read_text())["name"]
-    with open(config_path.parent / "starts.log", "a") as starts:
+    starts_log = config_path.parents[3] / "starts" / f"{name}.log"  # the worker's state dir
+    starts_log.parent.mkdir(exist_ok=True)
+    with open(starts_log, "a") as starts:
         starts.write(f"{os.getpid()}\n")
     if name.startswith("fails"):
         Path(os.environ[ERROR_FILE_ENV]).write_text(

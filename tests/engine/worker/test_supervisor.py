@@ -19,7 +19,7 @@ import pytest
 
 from engine.testing.worker import MemoryClusterStore
 from engine.worker.records import ConnectorRecord
-from engine.worker.supervisor import Supervisor, SupervisorSettings, Task, task_launcher
+from engine.worker.supervisor import TASKS_FOLDER, Supervisor, SupervisorSettings, Task, task_directory, task_launcher
 from engine.worker.warm import MAX_EARLY_EXITS
 from tests.helpers import REPO_ROOT
 
@@ -58,7 +58,7 @@ def step_until(task: Task, current: Callable[[], ConnectorRecord | None], done: 
 
 
 def starts(settings: SupervisorSettings, name: str) -> list[int]:
-    log = settings.state_dir / "connectors" / name / "config" / "starts.log"
+    log = settings.state_dir / "starts" / f"{name}.log"
     return [int(line) for line in log.read_text().split()] if log.exists() else []
 
 
@@ -224,3 +224,59 @@ def test_a_warm_process_that_died_waiting_is_replaced_until_several_in_a_row_did
     assert pid not in killed and task.pid == pid and alive(pid)
     launcher.prepare(time.monotonic() + 60)
     assert launcher.warm_pid is None
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s}s"
+        time.sleep(0.05)
+
+
+def test_a_deleted_connector_leaves_nothing_on_disk_on_any_worker_once_its_task_has_stopped(
+        settings: SupervisorSettings, tmp_path: Path) -> None:
+    """The API's DELETE only removes the record from the configs topic: every worker's supervisor, the one
+    that served it or another, sees the deletion there and removes its task's files (config with the literal
+    secret, schema files, state, log) after the task has exited. A stubborn task is killed first."""
+    store = MemoryClusterStore()
+    secret = {"client": {"sasl.password": "hunter2-" + tmp_path.name}}
+    deployed = record("stubborn-d")
+    store.put_connector(replace(deployed, config={**deployed.config, "kafka": secret}))
+    workers = [replace(settings, worker_id=worker, state_dir=tmp_path / worker) for worker in ("w1", "w2")]
+    supervisors = [Supervisor(store, worker) for worker in workers]
+    for supervisor in supervisors:
+        supervisor.start()
+    try:
+        wait_until("started on both workers", lambda: all(starts(worker, "stubborn-d") for worker in workers))
+        folders = [task_directory(worker, "stubborn-d") for worker in workers]
+        assert all(secret["client"]["sasl.password"] in (folder / "config" / "config.yaml").read_text()
+                   for folder in folders)  # at rest while the connector exists
+        store.delete_connector("stubborn-d")
+        assert all(folder.exists() for folder in folders)  # its task ignores SIGTERM for stop_timeout_s
+        wait_until("the folders removed", lambda: not any(folder.exists() for folder in folders))
+        assert not any(alive(pid) for worker in workers for pid in starts(worker, "stubborn-d"))
+        assert [path.name for path in (tmp_path / "w1" / TASKS_FOLDER).iterdir()] == []
+    finally:
+        for supervisor in supervisors:
+            supervisor.stop()
+
+
+def test_a_starting_supervisor_removes_the_folders_of_connectors_no_longer_in_the_cluster(
+        settings: SupervisorSettings) -> None:
+    """Deleted while the worker was down (or before it removed their files): nothing of them is left."""
+    leftover = task_directory(settings, "runs-gone") / "config"
+    leftover.mkdir(parents=True)
+    (leftover / "config.yaml").write_text("kafka: {client: {sasl.password: hunter2}}\n")
+    store = MemoryClusterStore()
+    store.put_connector(record("runs-kept"))
+    kept_state = task_directory(settings, "runs-kept") / "state" / "checkpoint"
+    kept_state.parent.mkdir(parents=True)
+    kept_state.write_text("kept")
+    supervisor = Supervisor(store, settings)
+    supervisor.start()
+    try:
+        wait_until("runs-kept started", lambda: bool(starts(settings, "runs-kept")))
+        assert not task_directory(settings, "runs-gone").exists()
+        assert kept_state.read_text() == "kept"
+    finally:
+        supervisor.stop()

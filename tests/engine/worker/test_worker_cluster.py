@@ -237,9 +237,7 @@ def test_the_api_reports_bad_configs_per_field_and_bad_requests_by_reason(
         assert client.list() == []
 
 
-
-
-def test_a_worker_needs_a_token_off_loopback_and_never_shows_a_configured_password(
+def test_a_worker_needs_a_token_off_loopback_never_shows_a_configured_password_and_deletes_it_from_disk(
         kafka_bootstrap: str, cluster: tuple[Path, str, list[LocalWorker]], capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     directory, name, workers = cluster
@@ -264,9 +262,16 @@ def test_a_worker_needs_a_token_off_loopback_and_never_shows_a_configured_passwo
                                                       client.statuses(), client.info())]
 
     shown.append(httpx.get(f"{worker.url}/metrics", headers={"Authorization": f"Bearer {token}"}).content)
+    shown.append(worker.task_logs().encode())
+    task_files = worker.state_dir / "connectors" / "s"
+    assert password in (task_files / "config" / "config.yaml").read_text()  # at rest while the connector exists
+    with worker.client() as client:
+        client.delete("s")
+    wait_for("the deleted connector's files removed", lambda: not task_files.exists() or None, timeout_s=60.0)
+    assert list((worker.state_dir / "connectors").iterdir()) == []
     worker.stop()
     workers.remove(worker)
-    shown += [worker.log_path.read_bytes(), worker.task_logs().encode()]
+    shown.append(worker.log_path.read_bytes())
     assert all(password.encode() not in text for text in shown)
     assert b"[redacted]" in shown[1]
 
