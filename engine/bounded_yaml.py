@@ -38,8 +38,9 @@ class BoundedLoader(yaml.SafeLoader):
 def read_yaml(text: bytes | str) -> Any:
     """The one YAML document in ``text``, safely loaded within the bounds; ``YamlRefused`` says which bound,
     any other ``yaml.YAMLError`` where the text does not parse."""
-    if len(text) > MAX_YAML_BYTES:
-        raise YamlRefused(f"the YAML has {len(text)} bytes, more than {MAX_YAML_BYTES}")
+    size = len(text.encode() if isinstance(text, str) else text)
+    if size > MAX_YAML_BYTES:
+        raise YamlRefused(f"the YAML has {size} bytes, more than {MAX_YAML_BYTES}")
     try:
         return yaml.load(text, Loader=BoundedLoader)
     except RecursionError:

@@ -28,7 +28,7 @@ from engine.config import (
     parse_config,
     read_config_file,
 )
-from engine.transforms import OperatorConfigError, SqlOperator
+from engine.transforms import OperatorConfigError
 from engine.wiring import client_config, input_schema, steps_chain
 from schemas import SchemaError, make_format
 
@@ -100,10 +100,8 @@ def _offline_checks(sections: _Sections) -> list[tuple[str, Callable[[], None]]]
         chain = steps_chain(steps, source.event_time.column if source is not None else None)
         if found[0] is not None:
             chain.validate(found[0])
-            return
-        for step in chain.steps:
-            if isinstance(step, SqlOperator):
-                step.check_query()
+        else:
+            chain.check_without_schema()
 
     return [("source", source_check), ("sink", sink_check), ("transform", transform_check)]
 

@@ -126,6 +126,8 @@ class ItemProcessor:
         schema = input_schema(source_format(config))
         if schema is not None:
             self.chain.validate(schema)
+        else:
+            self.chain.check_without_schema()
         crash_point = options.crash_point
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
         self.sink = build_sink(config, options.bootstrap, transactional_id=self.group, group_id=self.group,

@@ -204,6 +204,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         """A bad query or function is a config error at start, not a crash mid-stream."""
         schema = input_schema(self._sources[SOURCE_NAME].format)
         if schema is None:
+            self.chain.check_without_schema()
             return
         if self.stages is None:
             self.chain.validate(schema)

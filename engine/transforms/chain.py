@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from engine.state import KeyedState
 from engine.transforms.operator import Operator, OperatorConfigError, OperatorRuntimeError, Watermark
+from engine.transforms.sql import SqlOperator
 
 
 @dataclass
@@ -31,6 +32,14 @@ class OperatorChain:
         for step in self.steps:
             schema = step.validate(schema)
         return schema
+
+    def check_without_schema(self) -> None:
+        """What can be checked while the input's schema is unknown (a source that infers it from the
+        records): each SQL step's query parses as one SELECT. Without this a typo would pass the start and
+        fail every cycle's first rows, restarting the connector until it gave up on a "poison input"."""
+        for step in self.steps:
+            if isinstance(step, SqlOperator):
+                step.check_query()
 
     def empty_input(self) -> pa.Table:
         """The table for a cycle without rows (watermark only, or the end-of-input flush): no rows of the

@@ -68,7 +68,10 @@ class SqlOperator:
             )
 
     def _invalid(self, error: duckdb.Error) -> OperatorConfigError:
-        return OperatorConfigError(f"operator {self.name!r}: query {self.query!r} is invalid: {error}")
+        """DuckDB's message on one line (it points at the error on lines of its own): error messages are
+        one line in the CLI, the task's status and the REST API."""
+        reason = " ".join(str(error).split())
+        return OperatorConfigError(f"operator {self.name!r}: query {self.query!r} is invalid: {reason}")
 
     def process(self, table: pa.Table, watermark: Watermark) -> pa.Table:
         if self._relation is None and table.num_columns == 0:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 
 from connectors.admin import create_topic
 from engine.ports import free_port
@@ -116,6 +117,29 @@ def test_a_missing_sink_or_dead_letter_topic_fails_at_once_naming_it(command: tu
     [line] = [line for line in done.stderr.splitlines() if line.startswith("epochline:")]
     assert f"topic '{unique_topic}-{missing}' on {kafka_bootstrap}: the topic does not exist" in line, line
     assert "restarting connector" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [("run", "{config}"), ("batch", "run", "{config}", "--batch-id", "first")])
+def test_sql_that_does_not_parse_stops_a_schemaless_connector_at_start_naming_the_step(
+        command: tuple[str, ...], kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    """The source infers its schema from the records, so the query cannot be bound before they come; it is
+    still parsed at start, instead of failing on the first records until the run gives up on a "poison
+    input"."""
+    for suffix in ("in", "out", "dlq"):
+        create_topic(kafka_bootstrap, f"{unique_topic}-{suffix}", 1)
+    produce_values(kafka_bootstrap, f"{unique_topic}-in", [orjson.dumps({"id": i}) for i in range(10)], 1)
+    config = write_config(tmp_path, {**yaml.safe_load(connector(tmp_path, unique_topic).read_text()),
+                                     "transform": {"sql": "SELEC 1"}})
+    done = subprocess.run(epochline(*(word.format(config=config) for word in command), "--bootstrap-servers",
+                                    kafka_bootstrap), capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+                          check=False)
+
+    assert done.returncode == 2, done.stderr[-2000:]
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("epochline:")]
+    assert "operator 'step0-sql': query 'SELEC 1' is invalid: Parser Error" in line, line
+    assert "cycle failed" not in done.stderr and "poison input" not in done.stderr  # no record was read
+    assert read_values(kafka_bootstrap, f"{unique_topic}-out") == []
+    assert read_values(kafka_bootstrap, f"{unique_topic}-dlq") == []
 
 
 def test_a_run_and_a_batch_job_succeed_on_a_broker_started_a_moment_ago(tmp_path: Path) -> None:
