@@ -2,7 +2,8 @@
 
 Every answer comes from the cluster's topics and the connectors' consumer groups, so every worker answers
 for all; a change is a record written to ``<cluster>-configs`` that every worker's supervisor acts on.
-Bodies are JSON, or YAML with ``Content-Type: application/yaml``. Errors are
+Bodies are JSON, or YAML with ``Content-Type: application/yaml``, at most ``MAX_BODY_BYTES``; YAML is read
+with the bounds of ``engine.bounded_yaml``, so no body holds the API or answers 500. Errors are
 ``{"error_code": <status>, "message": <reason>}`` as in Connect. Configs are shown with secret-looking values
 redacted (``engine.secrets``): references (``${env:NAME}``) are shown as written, never resolved here.
 """

@@ -17,6 +17,11 @@ it is this worker's child, stopped and reaped alike.
 Supervision: a task that exits without being asked is restarted after a backoff that doubles with every
 failure; ``max_failures`` failures within ``failure_window_s`` make it FAILED with the child's error, until a
 restart request resets it.
+
+A task keeps its files in ``<state dir>/connectors/<name>/`` (config, schema files, state, log). Its config
+may hold literal secrets, so nothing of a deleted connector is kept: the folder is removed once the task has
+exited, on every worker (each reads the deletion from the configs topic), and at start for connectors no
+longer in the cluster.
 """
 
 from __future__ import annotations
