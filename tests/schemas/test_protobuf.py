@@ -16,7 +16,7 @@ import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pytest
@@ -333,10 +333,13 @@ def test_a_nested_message_type_can_be_read_by_its_full_name() -> None:
     assert fmt.decode([payload]).batch.equals(batch)
 
 
-def test_a_file_with_several_messages_needs_one_named_and_the_error_lists_them() -> None:
+def test_encoding_a_file_with_several_messages_needs_one_named_and_the_error_lists_them() -> None:
+    """Decoding can wait for a record's framing to name the type (below); encoding has no record to ask."""
+    several = make_format(FormatSpec("protobuf-confluent", schema=ALL_TYPES, schema_id=1))
+    assert several.arrow_schema is None
     with pytest.raises(SchemaError, match=r"declares 2 message types \(epochline\.test\.Everything, "
                                           r"epochline\.test\.Other\): set `message`"):
-        make_format(FormatSpec("protobuf-confluent", schema=ALL_TYPES, schema_id=1))
+        several.encode(everything_batch({"sf64": 1}))
     with pytest.raises(SchemaError, match="has no message type 'epochline.test.Nope'"):
         make_format(FormatSpec("protobuf-confluent", schema=ALL_TYPES, schema_id=1, message="epochline.test.Nope"))
 
@@ -416,8 +419,8 @@ BAD_PAYLOADS = [
                                                   "(epochline.test.Everything.Visit, epochline.test.Everything.Count"
                                                   "sEntry, epochline.test.Everything.AddressesEntry, epochline.test."
                                                   "Everything.RatiosEntry), no index 5 (step 2 of the path)"),
-    (b"\x00\x00\x00\x00\x01\x02\x02\x0a\x01x", "schema id 1, message index [1] is message type epochline.test.Other, "
-                                               "but this format reads epochline.test.Everything"),
+    (b"\x00\x00\x00\x00\x01\x02\x02\x0a\x01x", "record is message epochline.test.Other (schema id 1, message index "
+                                               "[1]); this source reads epochline.test.Everything (set by `message`)"),
     (b"\x00\x00\x00\x00\x01\x00\x0a\xff", "Protobuf message bytes (2 after the header) do not parse as "
                                           "epochline.test.Everything (schema id 1)"),
     (b"\x00\x00\x00\x00\x07\x00\x08\x01", "unknown schema id 7 (not found in schema file"),
@@ -517,8 +520,8 @@ def test_schemas_are_fetched_from_the_registry_once_per_id(schema_registry: Fake
     address = frame(1, b"\x00", everything_class()())  # id 1 is common.proto: message index [0] is Address
     for _ in range(2):
         assert fmt.decode([address]).failures[0].reason == (
-            "schema id 1, message index [0] is message type epochline.test.common.Address, but this format reads "
-            "epochline.test.Everything")
+            "record is message epochline.test.common.Address (schema id 1, message index [0]); this source reads "
+            "epochline.test.Everything (set by `message`)")
     assert schema_registry.requests == ["GET /schemas/ids/1"]
 
 
@@ -584,6 +587,133 @@ def test_an_unreachable_registry_raises_instead_of_failing_every_record(schema_r
         fmt.decode([frame(3, b"\x00", everything_class()())])
     with pytest.raises(SchemaError, match="unreachable"):
         everything_format(registry_url=schema_registry.url, topic="orders")
+
+
+# -- the message type each record's framing names ---------------------------------------------------------------------
+
+ACC = "acc.proto"
+ACC_ORDER, ACC_INNER = "acc.Order", "acc.Inner"
+INNER = pa.struct([nn("sku", pa.string()), nn("quantity", pa.int32())])
+ACC_ORDER_SCHEMA = pa.schema([nn("id", pa.int64()), pa.field("item", INNER), nn("tags", list_of(pa.string())),
+                              nn("counts", map_of(pa.string(), pa.int64()))])
+CHOSEN_BY_FIRST = "the type of the first record it read; set `message` to read another"
+
+
+def acc_orders(count: int) -> list[Message]:
+    """``count`` acc.Order messages with the nested message (unset in every third), the repeated string and
+    the map (empty in some)."""
+    order = compiled(ACC)[ACC_ORDER]
+    return [order(id=n, item=None if n % 3 == 2 else {"sku": f"sku-{n}", "quantity": n},
+                  tags=[f"t{k}" for k in range(n % 3)], counts={f"k{k}": n * k - 1 for k in range(n % 4)})
+            for n in range(count)]
+
+
+def acc_order_row(message: Message) -> dict[str, Any]:
+    """The row an acc.Order reads as, written out field by field (map entries ordered by key)."""
+    order = cast(Any, message)  # generated, not in stubs
+    item = {"sku": order.item.sku, "quantity": order.item.quantity} if order.HasField("item") else None
+    return {"id": order.id, "item": item, "tags": list(order.tags), "counts": sorted(order.counts.items())}
+
+
+def acc_format(registry: FakeSchemaRegistry, topic: str, **spec: Any) -> ProtobufConfluentFormat:
+    fmt = make_format(FormatSpec("protobuf-confluent", registry_url=registry.url, topic=topic, **spec))
+    assert isinstance(fmt, ProtobufConfluentFormat)
+    return fmt
+
+
+def test_without_message_records_of_a_two_type_schema_read_as_the_type_their_framing_names(
+        schema_registry: FakeSchemaRegistry) -> None:
+    orders = acc_orders(12)
+    write = serializer(schema_registry, compiled(ACC)[ACC_ORDER])
+    payloads = [write(order, value_context("acc")) for order in orders]
+    assert {payload[5:7] for payload in payloads} == {b"\x02\x02"}, "message-index array [1]: acc.Order"
+    fmt = acc_format(schema_registry, "acc")
+    assert fmt.arrow_schema is None, "no record has named the type yet"
+    decoded = fmt.decode(payloads)
+    assert decoded.failures == []
+    assert fmt.arrow_schema == ACC_ORDER_SCHEMA
+    assert decoded.batch.schema == ACC_ORDER_SCHEMA
+    assert decoded.batch.to_pylist() == [acc_order_row(order) for order in orders]
+    assert decoded.batch.to_pylist()[5] == {"id": 5, "item": None, "tags": ["t0", "t1"],
+                                            "counts": [("k0", -1)]}
+
+
+def interleaved(registry: FakeSchemaRegistry) -> list[bytes]:
+    """acc.Order 0, acc.Inner sku-0, Order 1, Inner sku-1, ... each written by Confluent's serializer."""
+    inner_class = compiled(ACC)[ACC_INNER]
+    write_order = serializer(registry, compiled(ACC)[ACC_ORDER])
+    write_inner = serializer(registry, inner_class)
+    ctx = value_context("acc")
+    return [payload for n, order in enumerate(acc_orders(4))
+            for payload in (write_order(order, ctx), write_inner(inner_class(sku=f"sku-{n}", quantity=n), ctx))]
+
+
+def test_with_two_types_interleaved_the_batch_holds_the_first_records_type_and_the_others_fail_naming_both(
+        schema_registry: FakeSchemaRegistry) -> None:
+    payloads = interleaved(schema_registry)
+    assert schema_registry.versions("acc-value") == [1], "both types are in the one registered file"
+    decoded = acc_format(schema_registry, "acc").decode(payloads)
+    assert decoded.indices == [0, 2, 4, 6]
+    assert decoded.batch.to_pylist() == [acc_order_row(order) for order in acc_orders(4)]
+    assert [(f.index, f.reason) for f in decoded.failures] == [
+        (index, f"record is message acc.Inner (schema id 1, message index [0]); this source reads acc.Order "
+                f"({CHOSEN_BY_FIRST})") for index in (1, 3, 5, 7)]
+
+
+def test_with_message_pinned_records_of_the_other_type_fail_naming_both(schema_registry: FakeSchemaRegistry) -> None:
+    payloads = interleaved(schema_registry)
+    fmt = acc_format(schema_registry, "acc", message=ACC_INNER)
+    assert fmt.arrow_schema == pa.schema(list(INNER)), "known at start"
+    decoded = fmt.decode(payloads)
+    assert decoded.batch.to_pylist() == [{"sku": f"sku-{n}", "quantity": n} for n in range(4)]
+    assert [(f.index, f.reason) for f in decoded.failures] == [
+        (index, "record is message acc.Order (schema id 1, message index [1]); this source reads acc.Inner "
+                "(set by `message`)") for index in (0, 2, 4, 6)]
+
+
+def test_the_first_records_type_stays_the_formats_type_and_is_the_one_it_encodes(
+        schema_registry: FakeSchemaRegistry) -> None:
+    payloads = interleaved(schema_registry)
+    fmt = acc_format(schema_registry, "acc")
+    first = fmt.decode(payloads[1:2])
+    assert first.batch.to_pylist() == [{"sku": "sku-0", "quantity": 0}]
+    later = fmt.decode(payloads)
+    assert later.indices == [1, 3, 5, 7]
+    assert later.failures[0].reason.endswith(f"this source reads acc.Inner ({CHOSEN_BY_FIRST})")
+    assert fmt.encode(first.batch) == [payloads[1]], "the same bytes as Confluent's serializer"
+
+
+def test_a_type_whose_field_comes_from_a_referenced_schema_is_read_without_message(
+        schema_registry: FakeSchemaRegistry) -> None:
+    shipment, address = compiled("acc_shipment.proto")["acc.Shipment"], compiled("common.proto")[
+        "epochline.test.common.Address"]
+    write = serializer(schema_registry, shipment)
+    payloads = [write(shipment(id=n, to={"street": f"{n} Quay", "zip": n} if n else None), value_context("ship"))
+                for n in range(3)]
+    assert schema_registry.subjects() == ["common.proto", "ship-value"]
+    imported = frame(1, b"\x00", address(street="x"))  # id 1 is common.proto, whose [0] is Address
+    decoded = acc_format(schema_registry, "ship").decode([imported, *payloads])
+    assert decoded.failures[0].reason.startswith("record is message epochline.test.common.Address (schema id 1, "
+                                                 "message index [0]), which the reader schema from schema registry")
+    assert decoded.failures[0].reason.endswith(" does not declare")
+    assert decoded.batch.to_pylist() == [{"id": 0, "to": None}, {"id": 1, "to": {"street": "1 Quay", "zip": 1}},
+                                         {"id": 2, "to": {"street": "2 Quay", "zip": 2}}]
+
+
+def test_a_record_of_a_type_arrow_cannot_hold_fails_and_leaves_the_choice_to_the_next(tmp_path: Path) -> None:
+    proto = tmp_path / "tree.proto"
+    proto.write_text('syntax = "proto3";\npackage tree;\nmessage Node { repeated Node children = 1; }\n'
+                     'message Leaf { string name = 1; }\n')
+    fmt = make_format(FormatSpec("protobuf-confluent", schema=proto, schema_id=1))
+    node, leaf = b"\x00\x00\x00\x00\x01\x00", b"\x00\x00\x00\x00\x01\x02\x02\x0a\x01x"  # [0] Node; [1] Leaf "x"
+    decoded = fmt.decode([node, leaf])
+    assert decoded.batch.to_pylist() == [{"name": "x"}]
+    [failure] = decoded.failures
+    assert failure.reason.startswith("record is message tree.Node (schema id 1, message index [0]), which this "
+                                     "source cannot read: ")
+    assert "recursive message tree.Node" in failure.reason
+    assert fmt.decode([node]).failures[0].reason == (f"record is message tree.Node (schema id 1, message index "
+                                                     f"[0]); this source reads tree.Leaf ({CHOSEN_BY_FIRST})")
 
 
 # -- encoding against the registry -----------------------------------------------------------------------------------
