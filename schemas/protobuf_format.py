@@ -294,7 +294,7 @@ class ReaderType:
         except SchemaError as exc:
             return f"record is message {writer.full_name} ({framing}), which this source cannot read: {exc}"
         log.info("protobuf reader type chosen by the first record's message index",
-                 extra={"message": writer.full_name, "framing": framing})
+                 extra={"message_type": writer.full_name, "framing": framing})
         return self.mapping
 
 

@@ -14,10 +14,12 @@ import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Hashable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
 import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -29,11 +31,12 @@ from google.protobuf.message import Message
 from connectors.admin import create_topic
 from connectors.batch import SourceBatch
 from connectors.metadata import METADATA_COLUMNS
-from engine.testing import read_values
+from engine.testing import read_values, run_pipeline
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
 from schemas.protobuf_format import ProtobufConfluentFormat
 from schemas.registry import RegistryUnavailable, SchemaNotRegistered
-from tests.helpers.connector_process import produce_keyed, read_batches
+from tests.helpers.accounting import assert_exactly_once, ids_in
+from tests.helpers.connector_process import produce_keyed, read_batches, write_config
 
 if TYPE_CHECKING:  # imported by pytest as the plugin below; importing it here first would skip assert rewriting
     from tests.helpers.schema_registry import FakeSchemaRegistry
@@ -905,3 +908,55 @@ def test_an_unknown_schema_id_or_a_bad_message_index_becomes_a_dead_letter_with_
     decoded = pa.Table.from_batches([b.batch for b in batches])
     assert decoded.column("id").to_pylist() == [0, 1, 3, 4]
     assert decoded.column("__kafka_offset").to_pylist() == [0, 1, 3, 4]
+
+
+def acc_ids(value: bytes | None) -> list[Hashable]:
+    """The id of an acc record written by Confluent's serializer: an Order's ``id``, an Inner's ``sku``."""
+    assert value is not None and value[:1] == b"\x00"
+    if value[5:6] == b"\x00":  # message-index array [0]: acc.Inner
+        return [cast(Any, compiled(ACC)[ACC_INNER].FromString(value[6:])).sku]
+    assert value[5:7] == b"\x02\x02", "message-index array [1]: acc.Order"
+    return [cast(Any, compiled(ACC)[ACC_ORDER].FromString(value[7:])).id]
+
+
+def acc_order_json(message: Message) -> bytes:
+    """An acc.Order as the json sink writes it: the columns in order, the map as an object."""
+    row = acc_order_row(message)
+    return orjson.dumps({**row, "counts": dict(row["counts"])})
+
+
+def test_epochline_run_without_message_writes_each_order_as_exact_json_and_dead_letters_the_other_type(
+        kafka_bootstrap: str, unique_topic: str, schema_registry: FakeSchemaRegistry, tmp_path: Path) -> None:
+    """The reproduction: acc.Order records written by Confluent's ProtobufSerializer, acc.Inner records among
+    them, read by ``epochline run`` with no ``message`` into a json sink. The first record is an Order."""
+    orders = acc_orders(400)
+    inner = compiled(ACC)[ACC_INNER]
+    write_order, write_inner = serializer(schema_registry, compiled(ACC)[ACC_ORDER]), serializer(schema_registry, inner)
+    ctx = value_context(unique_topic)
+    payloads, skus = [], []
+    for n, order in enumerate(orders):
+        payloads.append(write_order(order, ctx))
+        if n % 25 == 0:
+            skus.append(f"inner-{n}")
+            payloads.append(write_inner(inner(sku=skus[-1], quantity=n), ctx))
+    source, sink, dead_letter = f"{unique_topic}", f"{unique_topic}-json", f"{unique_topic}-dlq"
+    for topic in (source, sink, dead_letter):
+        create_topic(kafka_bootstrap, topic, partitions=1)
+    produce_keyed(kafka_bootstrap, source, payloads)
+    config = write_config(tmp_path, {
+        "name": f"acc-{unique_topic}",
+        "source": {"topic": source, "format": "protobuf-confluent", "registry_url": schema_registry.url},
+        "sink": {"topic": sink, "format": "json"},
+        "dead_letter": {"topic": dead_letter},
+        "checkpoint": {"interval": "200ms", "dir": str(tmp_path / "state")},
+    })
+
+    run_pipeline(config, kafka_bootstrap)
+
+    reason = (f"record is message acc.Inner (schema id 1, message index [0]); this source reads acc.Order "
+              f"({CHOSEN_BY_FIRST})")
+    assert_exactly_once(kafka_bootstrap, sink, dead_letter, [*range(400), *skus],
+                        dead_lettered=dict.fromkeys(skus, reason), ids_of=acc_ids, output_ids_of=ids_in())
+    written = read_values(kafka_bootstrap, sink)
+    assert sorted(written, key=lambda value: orjson.loads(value or b"")["id"]) == [acc_order_json(o) for o in orders]
+    assert written[5] == b'{"id":5,"item":null,"tags":["t0","t1"],"counts":{"k0":-1}}'
