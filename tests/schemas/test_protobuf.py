@@ -8,6 +8,7 @@ The message classes the tests build expected values with are compiled here, inde
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import functools
 import random
@@ -252,6 +253,20 @@ def test_every_type_survives_encode_then_decode_exactly() -> None:
     decoded = fmt.decode(fmt.encode(batch))
     assert decoded.failures == []
     assert decoded.batch.equals(batch)
+
+
+def test_every_type_is_written_by_the_json_format_maps_as_objects_or_key_value_arrays() -> None:
+    """A Protobuf topic written as JSON: maps with string keys are objects (as Connect's JsonConverter writes
+    them), maps with other keys are arrays of key/value objects, bytes are base64, nested messages objects."""
+    fmt = local_format()
+    [row] = everything_rows(6, seed=11)[5:]
+    decoded = fmt.decode(fmt.encode(everything_batch(row))).batch
+    written = orjson.loads(make_format(FormatSpec("json")).encode(decoded)[0])
+    assert written["counts"] == {key: value for key, value in row["counts"]}
+    assert written["ratios"] == [{"key": key, "value": value} for key, value in row["ratios"]]
+    assert written["addresses"] == [{"key": key, "value": value} for key, value in row["addresses"]]
+    assert written["tags"] == row["tags"] and written["address"] == row["address"]
+    assert written["blob"] == base64.b64encode(row["blob"]).decode()
 
 
 def test_rows_read_what_a_producers_messages_hold_value_for_value() -> None:
