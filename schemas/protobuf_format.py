@@ -260,7 +260,7 @@ class ReaderType:
         if message is not None:
             self.why = "set by `message`"
         elif len(schema.top_level_names()) <= 1:
-            self.why = "the schema's only message type"
+            self.why = "the schema's only top-level message type"
         else:
             self.why = "the type of the first record it read; set `message` to read another"
             return

@@ -718,6 +718,20 @@ def test_a_type_whose_field_comes_from_a_referenced_schema_is_read_without_messa
                                          {"id": 2, "to": {"street": "2 Quay", "zip": 2}}]
 
 
+def test_a_schema_with_one_top_level_type_reads_it_from_the_start_and_fails_records_of_its_nested_type(
+        tmp_path: Path) -> None:
+    proto = tmp_path / "basket.proto"
+    proto.write_text('syntax = "proto3";\npackage shop;\nmessage Basket {\n  message Line { string sku = 1; }\n'
+                     '  repeated Line lines = 1;\n}\n')
+    fmt = make_format(FormatSpec("protobuf-confluent", schema=proto, schema_id=1))
+    assert fmt.arrow_schema == pa.schema([nn("lines", list_of(pa.struct([nn("sku", pa.string())])))])
+    basket, line = b"\x00\x00\x00\x00\x01\x00\x0a\x03\x0a\x01a", b"\x00\x00\x00\x00\x01\x04\x00\x00\x0a\x01b"
+    decoded = fmt.decode([line, basket])
+    assert decoded.batch.to_pylist() == [{"lines": [{"sku": "a"}]}]
+    assert decoded.failures[0].reason == ("record is message shop.Basket.Line (schema id 1, message index [0, 0]); "
+                                          "this source reads shop.Basket (the schema's only top-level message type)")
+
+
 def test_a_record_of_a_type_arrow_cannot_hold_fails_and_leaves_the_choice_to_the_next(tmp_path: Path) -> None:
     proto = tmp_path / "tree.proto"
     proto.write_text('syntax = "proto3";\npackage tree;\nmessage Node { repeated Node children = 1; }\n'
