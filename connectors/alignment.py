@@ -167,7 +167,15 @@ class EventTimeAligner:
             if end >= reached:
                 self._caught_up.add(partition)
         if decoded is not None and (decoded.batch.num_rows or decoded.dead_letters):
-            self._chunks.append(_Chunk.of(decoded, event_times_ms(decoded.batch, self._column), now))
+            self._chunks.append(_Chunk.of(decoded, self._event_times(decoded.batch), now))
+
+    def _event_times(self, batch: pa.RecordBatch) -> pa.Array[Any]:
+        """The event times of ``batch``'s rows. A fetch of dead letters alone has no rows to time and may lack
+        the value columns: a format that takes its columns from the first record it decodes (protobuf-confluent
+        without ``message``, avro-confluent without a reader schema) has none before that record."""
+        if not batch.num_rows:
+            return pa.array([], pa.int64())
+        return event_times_ms(batch, self._column)
 
     def release(self, handed_out: Mapping[int, int]) -> tuple[SourceBatch | None, dict[int, int]]:
         """The rows (and dead letters) at or before the frontier, and every partition's cut after them.
@@ -269,7 +277,7 @@ def _split(chunk: _Chunk, first_held: Mapping[int, int] | None) -> tuple[SourceB
     before = cast(pa.BooleanArray, pc.fill_null(pc.less(chunk.offsets, limits), pa.scalar(True)))
     letters_before = [letter.offset < first_held.get(letter.partition, letter.offset + 1)
                       for letter in chunk.decoded.dead_letters]
-    if pc.all(before).as_py() and all(letters_before):
+    if pc.all(before, min_count=0).as_py() and all(letters_before):  # min_count=0: a chunk of no rows is all before
         return chunk.decoded, None
     out = _filtered(chunk.decoded, before, letters_before)
     after = pc.invert(before)

@@ -73,7 +73,7 @@ class FormatConfig(_Strict):
     registry_url: str | None = None
     schema_dir: Path | None = None
     schema_id: int | None = None
-    message: str | None = None  # protobuf-confluent: the message type, when the .proto has several
+    message: str | None = None  # protobuf-confluent: pins the message type (else the first record's framing names it)
     auto_register: bool = True  # encoding with a registry: register the schema, or only look it up
     subject_strategy: SubjectStrategy = "topic"
 

@@ -34,9 +34,11 @@ class FormatSpec:
 
     ``protobuf-confluent`` and ``json-confluent`` take their schema from ``registry_url`` (by ``schema_id``,
     else the latest version of the subject) or from ``schema`` (a ``.proto`` file, a compiled descriptor set
-    ``.desc``/``.pb``, or a JSON Schema ``.json``); ``message`` names the Protobuf message type when the file
-    has several. Encoding registers the schema under the subject ``subject_strategy`` names (from ``topic``)
-    when ``auto_register`` is on, else looks it up and fails when it is not registered.
+    ``.desc``/``.pb``, or a JSON Schema ``.json``); ``message`` pins the Protobuf message type (without it, a
+    file with several types is read as the type the first record's message-index array names, see
+    ``schemas.protobuf_format``; encoding needs it). Encoding registers the schema under the subject
+    ``subject_strategy`` names (from ``topic``) when ``auto_register`` is on, else looks it up and fails when
+    it is not registered.
     """
 
     format: FormatName

@@ -355,7 +355,7 @@ class JsonFormat:
             batch = conform_batch(batch, self._schema, fmt="json")
         else:
             for fld in batch.schema:
-                found = unsupported_type(fld.type, fld.name)
+                found = unsupported_type(fld.type, fld.name, writing=True)
                 if found:
                     raise EncodeError(f"json encode: column {found} has no JSON representation")
         if batch.num_rows == 0:

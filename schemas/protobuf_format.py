@@ -5,23 +5,37 @@ id, the message-index array (zigzag varints: its length, then the path of the me
 file; ``[0]``, the first top-level message, is written as a single 0 byte), then the message. The header
 is read and written by confluent-kafka's own ``SchemaId``; the message by the Protobuf runtime (upb).
 
-The reader type (one Arrow schema for every decoded batch) comes from ``spec.schema`` (a ``.proto`` file or
-a descriptor set, see ``schemas.protobuf_schema``) or from the registry: ``spec.schema_id``, else the latest
-version of the subject ``spec.subject_strategy`` names. ``spec.message`` picks the message type when the
-file declares several. Records are parsed with the reader type after their writer schema (by id, from the
-registry) and index path have been checked: the path must name a message type of the same full name whose
-fields are wire-compatible with the reader's (see ``incompatibility``), so a writer that evolved
-compatibly (fields added or removed) reads into the reader schema the Protobuf way, unknown fields skipped
-and missing ones at their default. Without a registry every record is read with the schema file (only
-``spec.schema_id``, if set, is accepted as its id), since writer schemas cannot be looked up.
+The reader schema comes from ``spec.schema`` (a ``.proto`` file or a descriptor set, see
+``schemas.protobuf_schema``) or from the registry: ``spec.schema_id``, else the latest version of the subject
+``spec.subject_strategy`` names. The reader type, one of its message types, is what every decoded batch
+holds (one Arrow schema), chosen by ``ReaderType``:
+
+- ``spec.message`` pins it;
+- a schema with one top-level message type reads that one (Confluent's message index ``[0]``);
+- otherwise each record's framing names its type, as it does for Confluent's deserializers, and the first
+  record whose message-index array names a type the reader schema declares fixes the reader type for the
+  format's life. Which type that is depends on which record is read first (per task, and again after a
+  restart): on a topic that mixes types, ``message`` makes the choice stable.
+
+A record of another type than the reader type is a per-record failure naming both ("record is message
+acc.Inner (schema id 1, message index [0]); this source reads acc.Order (...)").
+
+Records are parsed with the reader type after their writer schema (by id, from the registry) and index path
+have been checked: the path must name a message type of the reader type's full name whose fields are
+wire-compatible with the reader's (see ``incompatibility``), so a writer that evolved compatibly (fields
+added or removed) reads into the reader schema the Protobuf way, unknown fields skipped and missing ones at
+their default. Without a registry every record is read with the schema file (only ``spec.schema_id``, if
+set, is accepted as its id), since writer schemas cannot be looked up.
 
 Per-record failures (``DecodeFailure``, reason naming the problem): null payload, too short, wrong magic
 byte, bad message-index array, unknown schema id, bad message index (the path and the type it was resolved
-in), an id whose schema is not Protobuf, another message type or an incompatible writer, unparsable message
-bytes, a missing proto2 required field, a value Arrow cannot hold.
+in), an id whose schema is not Protobuf, another message type than the reader type (or, before one is
+chosen, a type the reader schema does not declare or cannot map to Arrow), an incompatible writer,
+unparsable message bytes, a missing proto2 required field, a value Arrow cannot hold.
 A registry that cannot be reached raises ``SchemaError``: an outage, not a bad record.
 
-Encoding writes the reader type: rows become messages (``schemas.protobuf_arrow``), then the header with
+Encoding writes the reader type (so a schema with several message types needs ``spec.message``, unless
+this format already chose one by decoding): rows become messages (``schemas.protobuf_arrow``), then the header with
 the schema id: ``spec.schema_id``, or the id the registry gave the schema (from the registry by id or
 subject), or the id of the schema file's registration under its subject (registered when
 ``spec.auto_register``, else looked up), imports registered as references the way ``ProtobufSerializer``
@@ -49,6 +63,7 @@ from confluent_kafka.serialization import SerializationError
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from schemas.arrow_batches import empty_batch
 from schemas.base import Decoded, DecodeFailure, SchemaError
 from schemas.protobuf_arrow import MessageMapping
 from schemas.protobuf_schema import (
@@ -221,9 +236,8 @@ def make_protobuf_format(spec: FormatSpec) -> ProtobufConfluentFormat:
         schema = _configured_id(registry, schema_id)
     else:
         schema_id, schema = registry.latest(subject_name(spec.subject_strategy, spec.topic, spec.message))
-    reader = MessageMapping(schema.message(spec.message), where=schema.where)
     writers: WriterSchemas = registry if registry is not None else LocalSchemas(schema, schema_id)
-    return ProtobufConfluentFormat(reader, writers, schema_id=schema_id, spec=spec)
+    return ProtobufConfluentFormat(ReaderType(schema, spec.message), writers, schema_id=schema_id, spec=spec)
 
 
 def _configured_id(registry: RegistryProtobufSchemas, schema_id: int) -> ProtobufSchema:
@@ -233,27 +247,80 @@ def _configured_id(registry: RegistryProtobufSchemas, schema_id: int) -> Protobu
         raise SchemaError(f"protobuf-confluent schema_id {schema_id} is not in {registry.description}") from None
 
 
+class ReaderType:
+    """The message type a format's batches hold, and why it is that one (see the module doc for the rules).
+
+    ``why`` ends every failure of a record of another type, so a dead letter says whether the type was set
+    by ``message`` or chosen by the first record, and how to choose another.
+    """
+
+    def __init__(self, schema: ProtobufSchema, message: str | None) -> None:
+        self.schema = schema
+        self.mapping: MessageMapping | None = None
+        if message is not None:
+            self.why = "set by `message`"
+        elif len(schema.top_level_names()) <= 1:
+            self.why = "the schema's only top-level message type"
+        else:
+            self.why = "the type of the first record it read; set `message` to read another"
+            return
+        self.mapping = MessageMapping(schema.message(message), where=schema.where)
+
+    def reading(self, writer: Descriptor, framing: str) -> MessageMapping | str:
+        """The mapping records of ``writer`` (named by ``framing``) read into, or why they are not read.
+        With no reader type yet, ``writer``'s type in the reader schema becomes it."""
+        if self.mapping is None:
+            return self._choose(writer, framing)
+        reader = self.mapping.descriptor.full_name
+        if writer.full_name != reader:
+            return f"record is message {writer.full_name} ({framing}); this source reads {reader} ({self.why})"
+        return self.mapping
+
+    def for_encoding(self) -> MessageMapping:
+        """The reader type; with none chosen yet the schema has several, and ``message(None)`` refuses that
+        with the ``SchemaError`` that lists them and asks for ``message``."""
+        if self.mapping is None:  # several top-level types, and no record chose one
+            self.schema.message(None)  # raises
+        assert self.mapping is not None
+        return self.mapping
+
+    def _choose(self, writer: Descriptor, framing: str) -> MessageMapping | str:
+        declared = self.schema.declared(writer.full_name)
+        if declared is None:
+            return (f"record is message {writer.full_name} ({framing}), which the reader schema from "
+                    f"{self.schema.where} does not declare")
+        try:
+            self.mapping = MessageMapping(declared, where=self.schema.where)
+        except SchemaError as exc:
+            return f"record is message {writer.full_name} ({framing}), which this source cannot read: {exc}"
+        log.info("protobuf reader type chosen by the first record's message index",
+                 extra={"message_type": writer.full_name, "framing": framing})
+        return self.mapping
+
+
 class ProtobufConfluentFormat:
     """Protobuf in the Confluent wire format, decoded into one reader message type (see module doc)."""
 
     name = NAME
 
-    def __init__(self, reader: MessageMapping, writers: WriterSchemas, *, schema_id: int | None,
+    def __init__(self, reader: ReaderType, writers: WriterSchemas, *, schema_id: int | None,
                  spec: FormatSpec) -> None:
         self._reader = reader
         self._writers = writers
         self._spec = spec
-        self._readable: set[tuple[int, tuple[int, ...]]] = set()  # (id, path) read into the reader type
-        self._header: bytes | None = _header(schema_id, reader.descriptor) if schema_id is not None else None
+        self._schema_id = schema_id
+        self._readers: dict[tuple[int, tuple[int, ...]], MessageMapping] = {}  # (id, path) -> the reader type
+        self._header: bytes | None = None
 
     @property
-    def arrow_schema(self) -> pa.Schema:
-        return self._reader.arrow_schema
+    def arrow_schema(self) -> pa.Schema | None:
+        """The reader type's columns; None until a record chose it (see module doc)."""
+        return self._reader.mapping.arrow_schema if self._reader.mapping is not None else None
 
     @property
     def message_class(self) -> type[Message]:
         """The generated class of the reader message type (to build or compare messages in tests and tools)."""
-        return self._reader.message_class
+        return self._reader.for_encoding().message_class
 
     def decode(self, payloads: Sequence[bytes | None]) -> Decoded:
         messages: list[Message] = []
@@ -270,8 +337,9 @@ class ProtobufConfluentFormat:
         return self._decoded(messages, indices, failures)
 
     def encode(self, batch: pa.RecordBatch) -> list[bytes]:
-        header = self._header if self._header is not None else self._registered_header()
-        return [header + message.SerializeToString() for message in self._reader.to_messages(batch)]
+        writer = self._reader.for_encoding()
+        header = self._header if self._header is not None else self._header_of(writer.descriptor)
+        return [header + message.SerializeToString() for message in writer.to_messages(batch)]
 
     # -- decode ------------------------------------------------------------------------------------------------
 
@@ -287,24 +355,23 @@ class ProtobufConfluentFormat:
         except (EOFError, SerializationError) as exc:
             return f"invalid message-index array after the schema id: {exc}"
         key = (schema_id, path)
-        if key not in self._readable:
-            problem = unreadable.get(key) or self._readability(key)
-            if problem is not None:
-                unreadable[key] = problem
-                return problem
+        reader = self._readers.get(key) or unreadable.get(key) or self._readability(key)
+        if isinstance(reader, str):
+            unreadable[key] = reader
+            return reader
         try:
-            message = self._reader.message_class.FromString(payload[start:])
+            message = reader.message_class.FromString(payload[start:])
         except (DecodeError, RuntimeError, ValueError) as exc:
             return (f"Protobuf message bytes ({len(payload) - start} after the header) do not parse as "
-                    f"{self._reader.descriptor.full_name} (schema id {schema_id}): {exc}")
-        if self._reader.has_required and not message.IsInitialized():  # upb's parser does not check them
-            return (f"Protobuf message {self._reader.descriptor.full_name} (schema id {schema_id}) lacks required "
+                    f"{reader.descriptor.full_name} (schema id {schema_id}): {exc}")
+        if reader.has_required and not message.IsInitialized():  # upb's parser does not check them
+            return (f"Protobuf message {reader.descriptor.full_name} (schema id {schema_id}) lacks required "
                     f"field(s): {', '.join(cast(Any, message).FindInitializationErrors())}")  # generated, not in stubs
         messages.append(message)
         return None
 
-    def _readability(self, key: tuple[int, tuple[int, ...]]) -> str | None:
-        """None when records of this schema id and message-index path read into the reader type, else why not.
+    def _readability(self, key: tuple[int, tuple[int, ...]]) -> MessageMapping | str:
+        """The reader type when records of this schema id and message-index path read into it, else why not.
 
         Only successes are kept across calls: an unknown id may be registered by the next batch.
         """
@@ -321,53 +388,55 @@ class ProtobufConfluentFormat:
             writer = schema.message_at(path)
         except BadMessageIndex as exc:
             return f"bad message index {list(path)} for schema id {schema_id}: {exc}"
-        problem = self._writer_problem(writer, schema_id, path)
-        if problem is None:
-            self._readable.add(key)
-        return problem
-
-    def _writer_problem(self, writer: Descriptor, schema_id: int, path: tuple[int, ...]) -> str | None:
-        reader = self._reader.descriptor
-        if writer.full_name != reader.full_name:
-            return (f"schema id {schema_id}, message index {list(path)} is message type {writer.full_name}, but "
-                    f"this format reads {reader.full_name}")
-        clash = incompatibility(writer, reader)
+        reader = self._reader.reading(writer, f"schema id {schema_id}, message index {list(path)}")
+        if isinstance(reader, str):
+            return reader
+        clash = incompatibility(writer, reader.descriptor)
         if clash is not None:
             return (f"records written with schema id {schema_id} cannot be read into the reader schema from "
-                    f"{self._reader.where}: {clash}")
-        return None
+                    f"{reader.where}: {clash}")
+        self._readers[key] = reader
+        return reader
 
     def _decoded(self, messages: list[Message], indices: list[int], failures: list[DecodeFailure]) -> Decoded:
-        """The batch of ``messages``; messages whose values Arrow cannot hold are isolated into failures."""
+        """The batch of ``messages``; messages whose values Arrow cannot hold are isolated into failures.
+        Before a record chose the reader type nothing decoded, and the batch has no columns."""
+        reader = self._reader.mapping
+        if reader is None:
+            return Decoded(empty_batch(pa.schema([])), indices, failures)
         try:
-            return Decoded(self._reader.to_batch(messages), indices, failures)
+            return Decoded(reader.to_batch(messages), indices, failures)
         except (pa.ArrowInvalid, OverflowError):
             kept_messages, kept_indices = [], []
             for message, index in zip(messages, indices):
                 try:
-                    self._reader.to_batch([message])
+                    reader.to_batch([message])
                 except (pa.ArrowInvalid, OverflowError) as exc:
-                    failures.append(DecodeFailure(index, f"Protobuf message {self._reader.descriptor.full_name} "
+                    failures.append(DecodeFailure(index, f"Protobuf message {reader.descriptor.full_name} "
                                                          f"holds a value its Arrow column cannot: {exc}"))
                     continue
                 kept_messages.append(message)
                 kept_indices.append(index)
             failures.sort(key=lambda failure: failure.index)
-            return Decoded(self._reader.to_batch(kept_messages), kept_indices, failures)
+            return Decoded(reader.to_batch(kept_messages), kept_indices, failures)
 
     # -- encode ------------------------------------------------------------------------------------------------
 
-    def _registered_header(self) -> bytes:
-        """The header for the schema file's registration (registered, or looked up), found on first encode."""
+    def _header_of(self, descriptor: Descriptor) -> bytes:
+        """The header of ``descriptor``'s records, made on first encode: with ``schema_id``, else with the id
+        of the schema file's registration (registered, or looked up)."""
+        schema_id = self._schema_id if self._schema_id is not None else self._registered_id(descriptor)
+        self._header = _header(schema_id, descriptor)
+        return self._header
+
+    def _registered_id(self, descriptor: Descriptor) -> int:
         if not isinstance(self._writers, RegistryProtobufSchemas):
             raise SchemaError("protobuf-confluent encode needs schema_id (the id written after the magic byte) "
                               "or registry_url (to register the schema or look it up)")
-        descriptor = self._reader.descriptor
         subject = subject_name(self._spec.subject_strategy, self._spec.topic, descriptor.full_name)
         schema_id = register_file(self._writers.client, subject, descriptor.file, self._spec.auto_register)
         log.info("protobuf schema id for encoding", extra={"subject": subject, "schema_id": schema_id})
-        self._header = _header(schema_id, descriptor)
-        return self._header
+        return schema_id
 
 
 class _Headers:

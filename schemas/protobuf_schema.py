@@ -78,6 +78,15 @@ class ProtobufSchema:
         raise SchemaError(f"Protobuf schema in {self.where} has no message type {name!r} (top-level message "
                           f"types: {', '.join(names) or 'none'})")
 
+    def declared(self, full_name: str) -> Descriptor | None:
+        """The message type ``full_name`` when the root file declares it (at top level or nested), else None:
+        the types of the files it imports belong to other schemas (their own subjects in a registry)."""
+        try:
+            found = self.pool.FindMessageTypeByName(full_name)
+        except KeyError:
+            return None
+        return found if found.file.name == self.root.name else None
+
     def message_at(self, indexes: Sequence[int]) -> Descriptor:
         """The message a Confluent message-index path names: the position of the top-level message in the
         root file, then of each nested message in the one before. ``BadMessageIndex`` says which step fails."""

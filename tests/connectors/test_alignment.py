@@ -169,3 +169,24 @@ def test_released_rows_keep_one_schema_and_a_later_schema_waits_its_turn(clock: 
     assert released(aligner) == [(0, 1)]
     assert released(aligner) == [(0, 2)]
     assert aligner.release({}) == (None, {0: 2})
+
+
+def test_a_fetch_of_dead_letters_alone_without_value_columns_is_released_and_the_rows_after_it_too(
+        clock: FakeClock) -> None:
+    """A format that takes its columns from the first record it decodes (protobuf-confluent without
+    ``message``) hands out a fetch of undecodable records alone as dead letters and metadata columns only; its
+    event times are none, and releasing it leaves nothing behind that would hold the later rows' turn."""
+    aligner = EventTimeAligner("t", 1000, 1 << 20, clock=clock)
+    aligner.assign({0: 0, 1: 0})
+    no_columns = pa.record_batch({"__kafka_partition": pa.array([], pa.int32()),
+                                  "__kafka_offset": pa.array([], pa.int64())})
+    letter = DeadLetter("in", 0, 0, None, b"?", "bad", "decode")
+    aligner.hold(SourceBatch("source", no_columns, [letter], 0), {0: 1}, {})
+    hold(aligner, fetch(0, 1, [1, 2]), end=3)
+    hold(aligner, fetch(1, 0, [3]), end=1)
+    letters, _ = aligner.release({})
+    assert letters is not None and letters.dead_letters == [letter] and letters.batch.num_rows == 0
+    rows, cuts = aligner.release({})  # the rows have other columns: released in a turn of their own
+    assert rows is not None and rows.dead_letters == []
+    assert rows.batch.to_pydict() == {"t": [1, 2], "__kafka_partition": [0, 0], "__kafka_offset": [1, 2]}
+    assert cuts == {0: 3, 1: 0}  # partition 1's 3 waits while partition 0 may still bring older rows

@@ -154,8 +154,37 @@ def test_encode_column_holds_the_values_encode_returns_as_one_binary_column(orde
 
 
 def test_encode_of_a_column_without_json_form_names_it() -> None:
-    with pytest.raises(EncodeError, match="column raw"):
-        make_format(FormatSpec("json")).encode(pa.RecordBatch.from_pydict({"raw": [b"\x00"]}))
+    with pytest.raises(EncodeError, match=r"column took \(duration\[s\]\) has no JSON representation"):
+        make_format(FormatSpec("json")).encode(pa.RecordBatch.from_pydict({"took": pa.array([1], pa.duration("s"))}))
+
+
+def test_a_map_with_string_keys_is_written_as_an_object() -> None:
+    counts = pa.array([[("a", 1), ("b", None)], [], None], pa.map_(pa.string(), pa.int64()))
+    written = make_format(FormatSpec("json")).encode(pa.RecordBatch.from_pydict({"counts": counts}))
+    assert [orjson.loads(value) for value in written] == [
+        {"counts": {"a": 1, "b": None}}, {"counts": {}}, {"counts": None}]
+
+
+def test_a_map_with_other_keys_is_written_as_an_array_of_key_value_objects() -> None:
+    names = pa.array([[(7, "seven"), (-1, "minus one")], None], pa.map_(pa.int64(), pa.string()))
+    written = make_format(FormatSpec("json")).encode(pa.RecordBatch.from_pydict({"names": names}))
+    assert [orjson.loads(value) for value in written] == [
+        {"names": [{"key": 7, "value": "seven"}, {"key": -1, "value": "minus one"}]}, {"names": None}]
+
+
+def test_values_nested_in_a_map_are_written_as_their_json_text() -> None:
+    seen = pa.array([[("first", dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC))]],
+                    pa.map_(pa.string(), pa.timestamp("ms", tz="UTC")))
+    written = make_format(FormatSpec("json")).encode(pa.RecordBatch.from_pydict({"seen": seen}))
+    assert orjson.loads(written[0]) == {"seen": {"first": "2024-05-01T12:00:00.000Z"}}
+
+
+def test_bytes_are_written_as_base64_text() -> None:
+    batch = pa.RecordBatch.from_pydict({"raw": pa.array([b"\x00\xff", b"", None], pa.binary()),
+                                        "digest": pa.array([b"ab", b"cd", None], pa.binary(2))})
+    written = make_format(FormatSpec("json")).encode(batch)
+    assert [orjson.loads(value) for value in written] == [
+        {"raw": "AP8=", "digest": "YWI="}, {"raw": "", "digest": "Y2Q="}, {"raw": None, "digest": None}]
 
 
 def test_encode_without_a_required_column_names_it(orders: Format) -> None:

@@ -8,16 +8,19 @@ The message classes the tests build expected values with are compiled here, inde
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import functools
 import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Hashable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+import orjson
 import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -29,11 +32,12 @@ from google.protobuf.message import Message
 from connectors.admin import create_topic
 from connectors.batch import SourceBatch
 from connectors.metadata import METADATA_COLUMNS
-from engine.testing import read_values
+from engine.testing import read_values, run_pipeline
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
 from schemas.protobuf_format import ProtobufConfluentFormat
 from schemas.registry import RegistryUnavailable, SchemaNotRegistered
-from tests.helpers.connector_process import produce_keyed, read_batches
+from tests.helpers.accounting import assert_exactly_once, ids_in
+from tests.helpers.connector_process import produce_keyed, read_batches, write_config
 
 if TYPE_CHECKING:  # imported by pytest as the plugin below; importing it here first would skip assert rewriting
     from tests.helpers.schema_registry import FakeSchemaRegistry
@@ -251,6 +255,20 @@ def test_every_type_survives_encode_then_decode_exactly() -> None:
     assert decoded.batch.equals(batch)
 
 
+def test_every_type_is_written_by_the_json_format_maps_as_objects_or_key_value_arrays() -> None:
+    """A Protobuf topic written as JSON: maps with string keys are objects (as Connect's JsonConverter writes
+    them), maps with other keys are arrays of key/value objects, bytes are base64, nested messages objects."""
+    fmt = local_format()
+    [row] = everything_rows(6, seed=11)[5:]
+    decoded = fmt.decode(fmt.encode(everything_batch(row))).batch
+    written = orjson.loads(make_format(FormatSpec("json")).encode(decoded)[0])
+    assert written["counts"] == {key: value for key, value in row["counts"]}
+    assert written["ratios"] == [{"key": key, "value": value} for key, value in row["ratios"]]
+    assert written["addresses"] == [{"key": key, "value": value} for key, value in row["addresses"]]
+    assert written["tags"] == row["tags"] and written["address"] == row["address"]
+    assert written["blob"] == base64.b64encode(row["blob"]).decode()
+
+
 def test_rows_read_what_a_producers_messages_hold_value_for_value() -> None:
     rows = everything_rows(2_000, seed=8)
     cls = everything_class()
@@ -333,10 +351,13 @@ def test_a_nested_message_type_can_be_read_by_its_full_name() -> None:
     assert fmt.decode([payload]).batch.equals(batch)
 
 
-def test_a_file_with_several_messages_needs_one_named_and_the_error_lists_them() -> None:
+def test_encoding_a_file_with_several_messages_needs_one_named_and_the_error_lists_them() -> None:
+    """Decoding can wait for a record's framing to name the type (below); encoding has no record to ask."""
+    several = make_format(FormatSpec("protobuf-confluent", schema=ALL_TYPES, schema_id=1))
+    assert several.arrow_schema is None
     with pytest.raises(SchemaError, match=r"declares 2 message types \(epochline\.test\.Everything, "
                                           r"epochline\.test\.Other\): set `message`"):
-        make_format(FormatSpec("protobuf-confluent", schema=ALL_TYPES, schema_id=1))
+        several.encode(everything_batch({"sf64": 1}))
     with pytest.raises(SchemaError, match="has no message type 'epochline.test.Nope'"):
         make_format(FormatSpec("protobuf-confluent", schema=ALL_TYPES, schema_id=1, message="epochline.test.Nope"))
 
@@ -416,8 +437,8 @@ BAD_PAYLOADS = [
                                                   "(epochline.test.Everything.Visit, epochline.test.Everything.Count"
                                                   "sEntry, epochline.test.Everything.AddressesEntry, epochline.test."
                                                   "Everything.RatiosEntry), no index 5 (step 2 of the path)"),
-    (b"\x00\x00\x00\x00\x01\x02\x02\x0a\x01x", "schema id 1, message index [1] is message type epochline.test.Other, "
-                                               "but this format reads epochline.test.Everything"),
+    (b"\x00\x00\x00\x00\x01\x02\x02\x0a\x01x", "record is message epochline.test.Other (schema id 1, message index "
+                                               "[1]); this source reads epochline.test.Everything (set by `message`)"),
     (b"\x00\x00\x00\x00\x01\x00\x0a\xff", "Protobuf message bytes (2 after the header) do not parse as "
                                           "epochline.test.Everything (schema id 1)"),
     (b"\x00\x00\x00\x00\x07\x00\x08\x01", "unknown schema id 7 (not found in schema file"),
@@ -517,8 +538,8 @@ def test_schemas_are_fetched_from_the_registry_once_per_id(schema_registry: Fake
     address = frame(1, b"\x00", everything_class()())  # id 1 is common.proto: message index [0] is Address
     for _ in range(2):
         assert fmt.decode([address]).failures[0].reason == (
-            "schema id 1, message index [0] is message type epochline.test.common.Address, but this format reads "
-            "epochline.test.Everything")
+            "record is message epochline.test.common.Address (schema id 1, message index [0]); this source reads "
+            "epochline.test.Everything (set by `message`)")
     assert schema_registry.requests == ["GET /schemas/ids/1"]
 
 
@@ -584,6 +605,147 @@ def test_an_unreachable_registry_raises_instead_of_failing_every_record(schema_r
         fmt.decode([frame(3, b"\x00", everything_class()())])
     with pytest.raises(SchemaError, match="unreachable"):
         everything_format(registry_url=schema_registry.url, topic="orders")
+
+
+# -- the message type each record's framing names ---------------------------------------------------------------------
+
+ACC = "acc.proto"
+ACC_ORDER, ACC_INNER = "acc.Order", "acc.Inner"
+INNER = pa.struct([nn("sku", pa.string()), nn("quantity", pa.int32())])
+ACC_ORDER_SCHEMA = pa.schema([nn("id", pa.int64()), pa.field("item", INNER), nn("tags", list_of(pa.string())),
+                              nn("counts", map_of(pa.string(), pa.int64()))])
+CHOSEN_BY_FIRST = "the type of the first record it read; set `message` to read another"
+
+
+def acc_orders(count: int) -> list[Message]:
+    """``count`` acc.Order messages with the nested message (unset in every third), the repeated string and
+    the map (empty in some)."""
+    order = compiled(ACC)[ACC_ORDER]
+    return [order(id=n, item=None if n % 3 == 2 else {"sku": f"sku-{n}", "quantity": n},
+                  tags=[f"t{k}" for k in range(n % 3)], counts={f"k{k}": n * k - 1 for k in range(n % 4)})
+            for n in range(count)]
+
+
+def acc_order_row(message: Message) -> dict[str, Any]:
+    """The row an acc.Order reads as, written out field by field (map entries ordered by key)."""
+    order = cast(Any, message)  # generated, not in stubs
+    item = {"sku": order.item.sku, "quantity": order.item.quantity} if order.HasField("item") else None
+    return {"id": order.id, "item": item, "tags": list(order.tags), "counts": sorted(order.counts.items())}
+
+
+def acc_format(registry: FakeSchemaRegistry, topic: str, **spec: Any) -> ProtobufConfluentFormat:
+    fmt = make_format(FormatSpec("protobuf-confluent", registry_url=registry.url, topic=topic, **spec))
+    assert isinstance(fmt, ProtobufConfluentFormat)
+    return fmt
+
+
+def test_without_message_records_of_a_two_type_schema_read_as_the_type_their_framing_names(
+        schema_registry: FakeSchemaRegistry) -> None:
+    orders = acc_orders(12)
+    write = serializer(schema_registry, compiled(ACC)[ACC_ORDER])
+    payloads = [write(order, value_context("acc")) for order in orders]
+    assert {payload[5:7] for payload in payloads} == {b"\x02\x02"}, "message-index array [1]: acc.Order"
+    fmt = acc_format(schema_registry, "acc")
+    assert fmt.arrow_schema is None, "no record has named the type yet"
+    decoded = fmt.decode(payloads)
+    assert decoded.failures == []
+    assert fmt.arrow_schema == ACC_ORDER_SCHEMA
+    assert decoded.batch.schema == ACC_ORDER_SCHEMA
+    assert decoded.batch.to_pylist() == [acc_order_row(order) for order in orders]
+    assert decoded.batch.to_pylist()[5] == {"id": 5, "item": None, "tags": ["t0", "t1"],
+                                            "counts": [("k0", -1)]}
+
+
+def interleaved(registry: FakeSchemaRegistry) -> list[bytes]:
+    """acc.Order 0, acc.Inner sku-0, Order 1, Inner sku-1, ... each written by Confluent's serializer."""
+    inner_class = compiled(ACC)[ACC_INNER]
+    write_order = serializer(registry, compiled(ACC)[ACC_ORDER])
+    write_inner = serializer(registry, inner_class)
+    ctx = value_context("acc")
+    return [payload for n, order in enumerate(acc_orders(4))
+            for payload in (write_order(order, ctx), write_inner(inner_class(sku=f"sku-{n}", quantity=n), ctx))]
+
+
+def test_with_two_types_interleaved_the_batch_holds_the_first_records_type_and_the_others_fail_naming_both(
+        schema_registry: FakeSchemaRegistry) -> None:
+    payloads = interleaved(schema_registry)
+    assert schema_registry.versions("acc-value") == [1], "both types are in the one registered file"
+    decoded = acc_format(schema_registry, "acc").decode(payloads)
+    assert decoded.indices == [0, 2, 4, 6]
+    assert decoded.batch.to_pylist() == [acc_order_row(order) for order in acc_orders(4)]
+    assert [(f.index, f.reason) for f in decoded.failures] == [
+        (index, f"record is message acc.Inner (schema id 1, message index [0]); this source reads acc.Order "
+                f"({CHOSEN_BY_FIRST})") for index in (1, 3, 5, 7)]
+
+
+def test_with_message_pinned_records_of_the_other_type_fail_naming_both(schema_registry: FakeSchemaRegistry) -> None:
+    payloads = interleaved(schema_registry)
+    fmt = acc_format(schema_registry, "acc", message=ACC_INNER)
+    assert fmt.arrow_schema == pa.schema(list(INNER)), "known at start"
+    decoded = fmt.decode(payloads)
+    assert decoded.batch.to_pylist() == [{"sku": f"sku-{n}", "quantity": n} for n in range(4)]
+    assert [(f.index, f.reason) for f in decoded.failures] == [
+        (index, "record is message acc.Order (schema id 1, message index [1]); this source reads acc.Inner "
+                "(set by `message`)") for index in (0, 2, 4, 6)]
+
+
+def test_the_first_records_type_stays_the_formats_type_and_is_the_one_it_encodes(
+        schema_registry: FakeSchemaRegistry) -> None:
+    payloads = interleaved(schema_registry)
+    fmt = acc_format(schema_registry, "acc")
+    first = fmt.decode(payloads[1:2])
+    assert first.batch.to_pylist() == [{"sku": "sku-0", "quantity": 0}]
+    later = fmt.decode(payloads)
+    assert later.indices == [1, 3, 5, 7]
+    assert later.failures[0].reason.endswith(f"this source reads acc.Inner ({CHOSEN_BY_FIRST})")
+    assert fmt.encode(first.batch) == [payloads[1]], "the same bytes as Confluent's serializer"
+
+
+def test_a_type_whose_field_comes_from_a_referenced_schema_is_read_without_message(
+        schema_registry: FakeSchemaRegistry) -> None:
+    shipment, address = compiled("acc_shipment.proto")["acc.Shipment"], compiled("common.proto")[
+        "epochline.test.common.Address"]
+    write = serializer(schema_registry, shipment)
+    payloads = [write(shipment(id=n, to={"street": f"{n} Quay", "zip": n} if n else None), value_context("ship"))
+                for n in range(3)]
+    assert schema_registry.subjects() == ["common.proto", "ship-value"]
+    imported = frame(1, b"\x00", address(street="x"))  # id 1 is common.proto, whose [0] is Address
+    decoded = acc_format(schema_registry, "ship").decode([imported, *payloads])
+    assert decoded.failures[0].reason.startswith("record is message epochline.test.common.Address (schema id 1, "
+                                                 "message index [0]), which the reader schema from schema registry")
+    assert decoded.failures[0].reason.endswith(" does not declare")
+    assert decoded.batch.to_pylist() == [{"id": 0, "to": None}, {"id": 1, "to": {"street": "1 Quay", "zip": 1}},
+                                         {"id": 2, "to": {"street": "2 Quay", "zip": 2}}]
+
+
+def test_a_schema_with_one_top_level_type_reads_it_from_the_start_and_fails_records_of_its_nested_type(
+        tmp_path: Path) -> None:
+    proto = tmp_path / "basket.proto"
+    proto.write_text('syntax = "proto3";\npackage shop;\nmessage Basket {\n  message Line { string sku = 1; }\n'
+                     '  repeated Line lines = 1;\n}\n')
+    fmt = make_format(FormatSpec("protobuf-confluent", schema=proto, schema_id=1))
+    assert fmt.arrow_schema == pa.schema([nn("lines", list_of(pa.struct([nn("sku", pa.string())])))])
+    basket, line = b"\x00\x00\x00\x00\x01\x00\x0a\x03\x0a\x01a", b"\x00\x00\x00\x00\x01\x04\x00\x00\x0a\x01b"
+    decoded = fmt.decode([line, basket])
+    assert decoded.batch.to_pylist() == [{"lines": [{"sku": "a"}]}]
+    assert decoded.failures[0].reason == ("record is message shop.Basket.Line (schema id 1, message index [0, 0]); "
+                                          "this source reads shop.Basket (the schema's only top-level message type)")
+
+
+def test_a_record_of_a_type_arrow_cannot_hold_fails_and_leaves_the_choice_to_the_next(tmp_path: Path) -> None:
+    proto = tmp_path / "tree.proto"
+    proto.write_text('syntax = "proto3";\npackage tree;\nmessage Node { repeated Node children = 1; }\n'
+                     'message Leaf { string name = 1; }\n')
+    fmt = make_format(FormatSpec("protobuf-confluent", schema=proto, schema_id=1))
+    node, leaf = b"\x00\x00\x00\x00\x01\x00", b"\x00\x00\x00\x00\x01\x02\x02\x0a\x01x"  # [0] Node; [1] Leaf "x"
+    decoded = fmt.decode([node, leaf])
+    assert decoded.batch.to_pylist() == [{"name": "x"}]
+    [failure] = decoded.failures
+    assert failure.reason.startswith("record is message tree.Node (schema id 1, message index [0]), which this "
+                                     "source cannot read: ")
+    assert "recursive message tree.Node" in failure.reason
+    assert fmt.decode([node]).failures[0].reason == (f"record is message tree.Node (schema id 1, message index "
+                                                     f"[0]); this source reads tree.Leaf ({CHOSEN_BY_FIRST})")
 
 
 # -- encoding against the registry -----------------------------------------------------------------------------------
@@ -775,3 +937,55 @@ def test_an_unknown_schema_id_or_a_bad_message_index_becomes_a_dead_letter_with_
     decoded = pa.Table.from_batches([b.batch for b in batches])
     assert decoded.column("id").to_pylist() == [0, 1, 3, 4]
     assert decoded.column("__kafka_offset").to_pylist() == [0, 1, 3, 4]
+
+
+def acc_ids(value: bytes | None) -> list[Hashable]:
+    """The id of an acc record written by Confluent's serializer: an Order's ``id``, an Inner's ``sku``."""
+    assert value is not None and value[:1] == b"\x00"
+    if value[5:6] == b"\x00":  # message-index array [0]: acc.Inner
+        return [cast(Any, compiled(ACC)[ACC_INNER].FromString(value[6:])).sku]
+    assert value[5:7] == b"\x02\x02", "message-index array [1]: acc.Order"
+    return [cast(Any, compiled(ACC)[ACC_ORDER].FromString(value[7:])).id]
+
+
+def acc_order_json(message: Message) -> bytes:
+    """An acc.Order as the json sink writes it: the columns in order, the map as an object."""
+    row = acc_order_row(message)
+    return orjson.dumps({**row, "counts": dict(row["counts"])})
+
+
+def test_epochline_run_without_message_writes_each_order_as_exact_json_and_dead_letters_the_other_type(
+        kafka_bootstrap: str, unique_topic: str, schema_registry: FakeSchemaRegistry, tmp_path: Path) -> None:
+    """The reproduction: acc.Order records written by Confluent's ProtobufSerializer, acc.Inner records among
+    them, read by ``epochline run`` with no ``message`` into a json sink. The first record is an Order."""
+    orders = acc_orders(400)
+    inner = compiled(ACC)[ACC_INNER]
+    write_order, write_inner = serializer(schema_registry, compiled(ACC)[ACC_ORDER]), serializer(schema_registry, inner)
+    ctx = value_context(unique_topic)
+    payloads, skus = [], []
+    for n, order in enumerate(orders):
+        payloads.append(write_order(order, ctx))
+        if n % 25 == 0:
+            skus.append(f"inner-{n}")
+            payloads.append(write_inner(inner(sku=skus[-1], quantity=n), ctx))
+    source, sink, dead_letter = f"{unique_topic}", f"{unique_topic}-json", f"{unique_topic}-dlq"
+    for topic in (source, sink, dead_letter):
+        create_topic(kafka_bootstrap, topic, partitions=1)
+    produce_keyed(kafka_bootstrap, source, payloads)
+    config = write_config(tmp_path, {
+        "name": f"acc-{unique_topic}",
+        "source": {"topic": source, "format": "protobuf-confluent", "registry_url": schema_registry.url},
+        "sink": {"topic": sink, "format": "json"},
+        "dead_letter": {"topic": dead_letter},
+        "checkpoint": {"interval": "200ms", "dir": str(tmp_path / "state")},
+    })
+
+    run_pipeline(config, kafka_bootstrap)
+
+    reason = (f"record is message acc.Inner (schema id 1, message index [0]); this source reads acc.Order "
+              f"({CHOSEN_BY_FIRST})")
+    assert_exactly_once(kafka_bootstrap, sink, dead_letter, [*range(400), *skus],
+                        dead_lettered=dict.fromkeys(skus, reason), ids_of=acc_ids, output_ids_of=ids_in())
+    written = read_values(kafka_bootstrap, sink)
+    assert sorted(written, key=lambda value: orjson.loads(value or b"")["id"]) == [acc_order_json(o) for o in orders]
+    assert written[5] == b'{"id":5,"item":null,"tags":["t0","t1"],"counts":{"k0":-1}}'
