@@ -26,6 +26,7 @@ from connectors.metadata import TIMESTAMP
 from connectors.source import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_RECORDS
 from schemas import FormatSpec
 from schemas.factory import FormatName, SubjectStrategy
+from schemas.text_files import TextFileError, read_text_file
 
 
 class ConfigError(ValueError):
@@ -329,9 +330,9 @@ def load_config(path: Path | str, *, batch: bool = False) -> ConnectorConfig:
     """Read and validate a connector config; ``batch`` selects the rules of ``epochline batch run``."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ConfigError(f"cannot read connector config {path}: {error.strerror}") from error
+        raw = yaml.safe_load(read_text_file(path, "connector config"))
+    except TextFileError as error:
+        raise ConfigError(str(error)) from error
     except yaml.YAMLError as error:
         raise ConfigError(f"connector config {path} is not valid YAML: {error}") from error
     return parse_config(raw, path.parent, path, batch=batch)

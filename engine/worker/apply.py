@@ -23,6 +23,7 @@ import yaml
 
 from engine.config import ConfigError, ConnectorConfig, FormatConfig, load_config
 from engine.secrets import redacted_tree
+from schemas.text_files import TextFileError, read_text_file
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -67,7 +68,7 @@ def desired_configs(directory: Path) -> dict[str, dict[str, Any]]:
 def inlined(path: Path, config: ConnectorConfig) -> dict[str, Any]:
     """The file's mapping with ``source.schema`` / ``sink.schema`` replaced by the schema they name (JSON
     Schema or Avro, both JSON), resolved relative to the config file as ``epochline run`` resolves them."""
-    raw: dict[str, Any] = yaml.safe_load(path.read_text())  # load_config just read and validated it
+    raw: dict[str, Any] = yaml.safe_load(read_text_file(path, "connector config"))  # load_config just read it
     for section, settings in (("source", config.source), ("sink", config.sink)):
         schema = schema_file(config, settings)
         if schema is not None:
@@ -82,9 +83,9 @@ def schema_file(config: ConnectorConfig, settings: FormatConfig) -> Path | None:
 def read_schema(config_path: Path, schema: Path) -> Any:
     """A schema file's parsed content; the error names the config that refers to it."""
     try:
-        return json.loads(schema.read_text())
-    except OSError as error:
-        raise ConfigError(f"{config_path}: cannot read schema file {schema}: {error.strerror}") from error
+        return json.loads(read_text_file(schema, "schema file"))
+    except TextFileError as error:
+        raise ConfigError(f"{config_path}: {error}") from error
     except ValueError as error:
         raise ConfigError(f"{config_path}: schema file {schema} is not JSON ({error}); only JSON Schema and "
                           "Avro schemas can be sent to a worker inline") from error
