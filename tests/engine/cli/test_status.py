@@ -216,3 +216,18 @@ def test_the_instance_and_input_come_from_the_client_id() -> None:
     assert instance_of("orders", "orders-b-repartition") == ("b", "repartition")
     assert instance_of("orders", "orders-source") == (None, None)
     assert instance_of("orders", "console-consumer-1") == (None, None)
+
+
+def test_piped_the_tables_print_every_name_in_full_whatever_their_width(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A script reading ``epochline status | grep`` must find the topic it greps for, not ``paymen…``."""
+    name = f"{unique_topic}-{'long-name-' * 8}"
+    create_topic(kafka_bootstrap, f"{name}-in", 1)
+    config = status_config(tmp_path, name)
+
+    code, out, _ = epochline_status(capsys, config, kafka_bootstrap)
+
+    assert code == 0
+    assert "…" not in out
+    [row] = [line for line in out.splitlines() if f"{name}-in" in line]
+    assert len(row.rstrip()) > len(name) + 20 > 100  # the row is as wide as it needs, past 80 columns
