@@ -3,7 +3,7 @@ describe topics, read partition offsets, describe consumer groups. Every partiti
 in epochline goes through ``watermark_offsets``.
 
 ``client_config`` (security settings: ``security.protocol``, ``sasl.*``, ``ssl.*``) goes to every client made
-here. librdkafka's own log lines go to the ``librdkafka`` logger (``CLIENT_LOGGER``), never raw to stderr.
+here, over ``connectors.clients.CLIENT_DEFAULTS``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._group import MemberDescription  # re-exported by confluent_kafka.admin, undeclared
 from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports without declaring it
 
+from connectors.clients import UNREACHABLE_BACKOFF, kafka_client_config
+
 log = logging.getLogger(__name__)
-CLIENT_LOGGER = logging.getLogger("librdkafka")
-"""Where every client epochline makes sends librdkafka's log lines (its ``logger`` setting)."""
 MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 """What Kafka (or librdkafka) answers for a topic that does not exist."""
 MISSING_TOPIC_GRACE_S = 2.0
@@ -63,9 +63,7 @@ _CONNECT_ERRORS = {
 
 
 def _admin_client(bootstrap: str, client_config: ClientConfig | None = None, **extra: Any) -> AdminClient:
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": _QUIET, "logger": CLIENT_LOGGER,
-                              **(client_config or {}), **extra}
-    return AdminClient(config)
+    return AdminClient(kafka_client_config(bootstrap, {"log_level": _QUIET}, client_config or {}, extra))
 
 
 def describe_connect_error(error: KafkaError) -> str:
@@ -85,9 +83,10 @@ def check_connection(bootstrap: str, client_config: ClientConfig | None = None, 
     else ``KafkaUnreachable`` with one line naming the address and what failed, at the latest after
     ``timeout`` seconds, and at once when the broker refuses the client (authentication, TLS): those do not
     heal by waiting. ``interrupted`` is polled about
-    every half second (a stop signal ends the wait, raising ``KafkaUnreachable`` too)."""
+    every half second (a stop signal ends the wait, raising ``KafkaUnreachable`` too). While Kafka does not
+    answer, the client connects again about 4 times a second (``UNREACHABLE_BACKOFF``), not 78."""
     errors: list[KafkaError] = []
-    admin = _admin_client(bootstrap, client_config, error_cb=errors.append)
+    admin = _admin_client(bootstrap, {**UNREACHABLE_BACKOFF, **(client_config or {})}, error_cb=errors.append)
     deadline = time.monotonic() + timeout
     while True:
         wait = max(0.1, min(0.5, deadline - time.monotonic()))
@@ -334,10 +333,9 @@ def _offsets_consumer(bootstrap: str, client_config: ClientConfig | None, group:
                       isolation: Isolation = "read_uncommitted") -> Consumer:
     """A consumer that only looks: never subscribes (so never joins ``group``), never commits. By default it
     reads high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                              "isolation.level": isolation, "enable.auto.commit": False,
-                              "log_level": _QUIET, "logger": CLIENT_LOGGER, **(client_config or {})}
-    return Consumer(config)
+    return Consumer(kafka_client_config(bootstrap, {"group.id": group, "isolation.level": isolation,
+                                                    "enable.auto.commit": False, "log_level": _QUIET},
+                                        client_config or {}))
 
 
 def topic_watermarks(bootstrap: str, prefix: str = "", suffix: str = "", timeout: float = 30.0,

@@ -41,7 +41,6 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.admin import (
-    CLIENT_LOGGER,
     MISSING_TOPIC_ERRORS,
     TopicAdminError,
     committed_offsets,
@@ -50,6 +49,7 @@ from connectors.admin import (
 from connectors.alignment import EventTimeAligner
 from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
+from connectors.clients import kafka_client_config
 from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.fetched import Fetched, PartitionEvent, RecordColumns, make_fetcher
 from connectors.metadata import METADATA_COLUMNS, with_metadata_fields
@@ -225,18 +225,10 @@ class KafkaSource:
         # holds what. Not static membership: a member that stops must leave the group at once, or its
         # partitions would wait out its session before anyone else may read them.
         member = {"client.id": self.member} if self.member else {}
-        return {
-            "auto.offset.reset": self.settings.start_from,
-            **PREFETCH_BOUND,
-            **FETCH_DEFAULTS,
-            **self._group_defaults(user),
-            **member,
-            **user,
-            **REQUIRED_CONSUMER_CONFIG,
-            "bootstrap.servers": self.bootstrap,
-            "group.id": self.group_id,
-            "logger": CLIENT_LOGGER,
-        }
+        defaults = {"auto.offset.reset": self.settings.start_from, **PREFETCH_BOUND, **FETCH_DEFAULTS,
+                    **self._group_defaults(user), **member}
+        return kafka_client_config(self.bootstrap, defaults, user, REQUIRED_CONSUMER_CONFIG,
+                                   {"group.id": self.group_id})
 
     def _group_defaults(self, user: Mapping[str, str]) -> dict[str, str]:
         """``GROUP_CONSUMER_DEFAULTS`` for the classic group protocol; none for the consumer protocol, where

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import CLIENT_LOGGER, MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S
+from connectors.admin import MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S
+from connectors.clients import kafka_client_config
 from connectors.dead_letter import DeadLetter
 from connectors.metadata import is_metadata_column
 from schemas import Format
@@ -179,8 +180,7 @@ class KafkaWriter:
         self._not_authorized: SinkError | None = None
         self.interrupted: Callable[[], bool] = lambda: False
         """Polled while calls are retried: set by the engine so a stop signal ends the retries."""
-        config: dict[str, object] = {
-            "bootstrap.servers": bootstrap,
+        defaults: dict[str, object] = {
             "linger.ms": 5,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": settings.max_queued_messages,
@@ -188,11 +188,8 @@ class KafkaWriter:
             "compression.type": "lz4",
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
-            "logger": CLIENT_LOGGER,  # librdkafka's lines go through epochline's logging
-            **extra,
-            **settings.producer_config,
         }
-        self.producer = Producer(config)
+        self.producer = Producer(kafka_client_config(bootstrap, defaults, extra, settings.producer_config))
 
     def check_topics(self) -> None:
         """Ask the broker about each topic this sink writes: the output topic, then the dead-letter topic (or

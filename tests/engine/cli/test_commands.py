@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from engine.cli import COMMAND_MODULES, build_parser, command_named_in, main
 from tests.helpers import REPO_ROOT
+from tests.helpers.closing_port import closing_port
 
 
 def command_names(parser: argparse.ArgumentParser) -> set[str]:
@@ -116,3 +118,24 @@ def test_epochline_run_of_a_config_that_is_not_utf8_exits_2_with_one_line(tmp_pa
 
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"epochline: connector config {config} {WRONG_FILES['latin-1'][1]}"
+
+
+def test_epochline_run_against_a_port_where_kafka_is_not_gives_up_in_time_without_hammering_it(
+        tmp_path: Path) -> None:
+    config = tmp_path / "connector.yaml"
+    config.write_text("name: unreachable\nsource: {topic: in, format: json}\nsink: {topic: out, format: json}\n"
+                      f"dead_letter: {{topic: dlq}}\ncheckpoint: {{dir: {tmp_path / 'state'}}}\n"
+                      "kafka: {connect_timeout: 3s}\n")
+
+    with closing_port() as port:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(config), "--bootstrap-servers",
+                               port.bootstrap], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        elapsed = time.monotonic() - started
+        attempts = port.accepted
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"epochline: unreachable: cannot reach Kafka at {port.bootstrap} within 3s: ")
+    assert elapsed < 15
+    assert attempts <= 10 * 3, f"{attempts} connections in the 3 s wait"  # about 78 a second before
