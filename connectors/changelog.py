@@ -39,8 +39,9 @@ from typing import Any, NamedTuple, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.admin import MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S, ClientConfig
+from connectors.admin import MISSING_TOPIC_GRACE_S, ClientConfig
 from connectors.clients import kafka_client_config
+from connectors.kafka_errors import MISSING_TOPIC_ERRORS
 
 CHECKPOINT_HEADER = "epochline.checkpoint"
 """Header naming the checkpoint id whose epoch wrote the record, as decimal ASCII."""

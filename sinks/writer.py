@@ -12,9 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S
+from connectors.admin import MISSING_TOPIC_GRACE_S
 from connectors.clients import kafka_client_config
 from connectors.dead_letter import DeadLetter
+from connectors.kafka_errors import MISSING_TOPIC_ERRORS, missing_topic_text
 from connectors.metadata import is_metadata_column
 from schemas import Format
 from schemas.base import encode_column
@@ -220,8 +221,8 @@ class KafkaWriter:
             if self.interrupted():
                 raise CallInterrupted(f"describing {where}: stop requested while waiting for the topic")
             if time.monotonic() >= deadline:
-                raise SinkTopicMissing(f"{where}: the topic does not exist; create it (or let the broker create "
-                                       "topics on demand) and start again")
+                raise SinkTopicMissing(f"{role}: {missing_topic_text(topic, self.bootstrap)} (or let the broker "
+                                       "create topics on demand)")
             time.sleep(TOPIC_RECHECK_S)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:

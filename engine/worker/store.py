@@ -22,6 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from connectors.admin import ClientConfig, ensure_topic
 from connectors.clients import kafka_client_config
+from connectors.kafka_errors import kafka_error_text
 from engine.worker.errors import StoreError
 from engine.worker.records import ConnectorRecord, TaskStatus, status_key
 
@@ -101,7 +102,7 @@ class KafkaClusterStore:
         try:
             self._producer.produce(topic, key=key, value=value)
         except (KafkaException, BufferError) as error:
-            raise StoreError(f"writing to {topic!r}: {error}") from error
+            raise StoreError(f"writing to {topic!r}: {kafka_error_text(error)}") from error
         self._producer.poll(0)
 
     def close(self) -> None:
