@@ -9,7 +9,7 @@ wall time from the first ``consume`` call to the last record (``--records 0`` sk
 ``--starts`` fresh transactional producers each run ``init_transactions`` after each of ``PRODUCER_STARTS``
 (at once; after metadata of every topic, as ``TransactionalKafkaSink.start`` did before; after metadata of
 its own topic once or twice, as it does now), with librdkafka's ``reconnect.backoff.ms`` and with
-epochline's (``engine.wiring.CLIENT_DEFAULTS``). ``--cluster-topics N`` first makes N more (empty,
+epochline's (``connectors.clients.CLIENT_DEFAULTS``). ``--cluster-topics N`` first makes N more (empty,
 one-partition) topics, as a shared cluster has: a request for every topic's metadata grows with them.
 ``consumer start``: as many fresh consumers each describe the input topic (what a source does first), with
 each backoff. Without ``--bootstrap`` a private broker is started and stopped; the topics made here are
@@ -34,8 +34,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from bench.run import broker, delete_or_warn
 from bench.workload import generate_input
 from connectors.admin import create_topic, create_topics
+from connectors.clients import CLIENT_DEFAULTS
 from connectors.source import FETCH_DEFAULTS, PREFETCH_BOUND
-from engine.wiring import CLIENT_DEFAULTS
 
 PARTITIONS = 4
 LARGE_FETCHES = {"max.partition.fetch.bytes": str(8 << 20), "fetch.max.bytes": str(32 << 20)}

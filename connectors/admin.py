@@ -3,7 +3,7 @@ describe topics, read partition offsets, describe consumer groups. Every partiti
 in epochline goes through ``watermark_offsets``.
 
 ``client_config`` (security settings: ``security.protocol``, ``sasl.*``, ``ssl.*``) goes to every client made
-here. librdkafka's own log lines go to the ``librdkafka`` logger (``CLIENT_LOGGER``), never raw to stderr.
+here, over ``connectors.clients.CLIENT_DEFAULTS``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,17 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._group import MemberDescription  # re-exported by confluent_kafka.admin, undeclared
 from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports without declaring it
 
+from connectors.clients import UNREACHABLE_BACKOFF, kafka_client_config
+from connectors.kafka_errors import (
+    MISSING_TOPIC_ERRORS,
+    PERMANENT_CONNECT_ERRORS,
+    UNREACHABLE_ERRORS,
+    describe_connect_error,
+    kafka_error_text,
+    missing_topic_text,
+)
+
 log = logging.getLogger(__name__)
-CLIENT_LOGGER = logging.getLogger("librdkafka")
-"""Where every client epochline makes sends librdkafka's log lines (its ``logger`` setting)."""
-MISSING_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
-"""What Kafka (or librdkafka) answers for a topic that does not exist."""
 MISSING_TOPIC_GRACE_S = 2.0
 """Seconds a missing topic is asked for again before it is an error: a topic made a moment ago may not have
 reached the broker that answers yet (metadata propagation)."""
@@ -53,29 +59,10 @@ class KafkaUnreachable(TopicAdminError):
 _ANSWER_GRACE_S = 0.5
 """How long past its request timeout a DescribeCluster future may take to resolve (its callback runs on a
 librdkafka thread)."""
-_PERMANENT_CONNECT_ERRORS = {KafkaError._AUTHENTICATION: "authentication failed", KafkaError._SSL: "TLS failed"}
-_CONNECT_ERRORS = {
-    KafkaError._RESOLVE: "DNS lookup failed",
-    KafkaError._ALL_BROKERS_DOWN: "all brokers are down",
-    KafkaError._TIMED_OUT: "timed out",
-    **_PERMANENT_CONNECT_ERRORS,
-}
 
 
 def _admin_client(bootstrap: str, client_config: ClientConfig | None = None, **extra: Any) -> AdminClient:
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": _QUIET, "logger": CLIENT_LOGGER,
-                              **(client_config or {}), **extra}
-    return AdminClient(config)
-
-
-def describe_connect_error(error: KafkaError) -> str:
-    """What went wrong, in a few words a user acts on (refused, DNS, authentication, TLS), plus librdkafka's."""
-    text = error.str()
-    if error.code() == KafkaError._TRANSPORT:
-        what = "connection refused" if "refused" in text.lower() else "connection failed"
-    else:
-        what = _CONNECT_ERRORS.get(error.code(), error.name())
-    return f"{what} ({text})"
+    return AdminClient(kafka_client_config(bootstrap, {"log_level": _QUIET}, client_config or {}, extra))
 
 
 def check_connection(bootstrap: str, client_config: ClientConfig | None = None, timeout: float = 30.0,
@@ -85,9 +72,10 @@ def check_connection(bootstrap: str, client_config: ClientConfig | None = None, 
     else ``KafkaUnreachable`` with one line naming the address and what failed, at the latest after
     ``timeout`` seconds, and at once when the broker refuses the client (authentication, TLS): those do not
     heal by waiting. ``interrupted`` is polled about
-    every half second (a stop signal ends the wait, raising ``KafkaUnreachable`` too)."""
+    every half second (a stop signal ends the wait, raising ``KafkaUnreachable`` too). While Kafka does not
+    answer, the client connects again about 4 times a second (``UNREACHABLE_BACKOFF``), not 78."""
     errors: list[KafkaError] = []
-    admin = _admin_client(bootstrap, client_config, error_cb=errors.append)
+    admin = _admin_client(bootstrap, {**UNREACHABLE_BACKOFF, **(client_config or {})}, error_cb=errors.append)
     deadline = time.monotonic() + timeout
     while True:
         wait = max(0.1, min(0.5, deadline - time.monotonic()))
@@ -101,7 +89,7 @@ def check_connection(bootstrap: str, client_config: ClientConfig | None = None, 
         except FutureTimeout:
             errors.append(KafkaError(KafkaError._TIMED_OUT, f"no answer to DescribeCluster within {wait:.1f}s"))
         admin.poll(0)  # serves error_cb: the specific cause (refused, DNS, authentication) comes from there
-        refused = [e for e in errors if e.code() in _PERMANENT_CONNECT_ERRORS]
+        refused = [e for e in errors if e.code() in PERMANENT_CONNECT_ERRORS]
         if refused:
             raise KafkaUnreachable(f"Kafka at {bootstrap}: {describe_connect_error(refused[-1])}")
         if interrupted():
@@ -120,20 +108,25 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[s
 
 
 def create_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1, config: dict[str, str] | None = None,
-                  timeout: float = 30.0, client_config: ClientConfig | None = None) -> None:
+                  timeout: float = 30.0, client_config: ClientConfig | None = None) -> list[str]:
     """``create_topic`` for many topics in one request (a thousand one by one take minutes): all of them, or
-    ``TopicAdminError`` naming the first that failed."""
+    ``TopicAdminError`` naming the first that failed. Returns the topics created now (not those that existed).
+    ``partitions`` -1 takes the broker's ``num.partitions``."""
     if not topics:
-        return
+        return []
     admin = _admin_client(bootstrap, client_config)
     futures = admin.create_topics([NewTopic(topic, partitions, config=config or {}) for topic in topics],
                                   operation_timeout=timeout, request_timeout=timeout)
+    created = []
     for topic, future in futures.items():
         try:
             future.result(timeout)
+            created.append(topic)
         except KafkaException as error:
             if error.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                raise TopicAdminError(f"creating topic {topic!r} on {bootstrap} failed: {error}") from error
+                raise TopicAdminError(f"creating topic {topic!r} failed: {kafka_error_text(error, bootstrap)}"
+                                      ) from error
+    return created
 
 
 def partitions_of(bootstrap: str, topic: str, timeout: float = 30.0,
@@ -143,11 +136,12 @@ def partitions_of(bootstrap: str, topic: str, timeout: float = 30.0,
     try:
         metadata = admin.list_topics(topic, timeout=timeout)
     except KafkaException as error:
-        raise TopicAdminError(f"cannot describe topic {topic!r}: broker {bootstrap} unreachable ({error})") from error
+        raise TopicAdminError(f"cannot describe topic {topic!r}: {kafka_error_text(error, bootstrap)}") from error
     described = metadata.topics.get(topic)
-    if described is None or described.error is not None:
-        reason = described.error if described is not None else "not in metadata"
-        raise TopicAdminError(f"topic {topic!r} is not available on {bootstrap}: {reason}")
+    if described is None:
+        raise TopicAdminError(missing_topic_text(topic, bootstrap))
+    if described.error is not None:
+        raise TopicAdminError(kafka_error_text(described.error, bootstrap, topic))
     return sorted(described.partitions)
 
 
@@ -161,7 +155,8 @@ def watermark_offsets(consumer: Consumer, topic: str, partitions: list[int],
         try:
             offsets[partition] = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
         except KafkaException as error:
-            raise TopicAdminError(f"offsets of topic {topic!r} partition {partition} unavailable: {error}") from error
+            raise TopicAdminError(f"offsets of topic {topic!r} partition {partition} unavailable: "
+                                  f"{kafka_error_text(error)}") from error
     return offsets
 
 
@@ -199,7 +194,7 @@ def committed_offsets(consumer: Consumer, partitions: list[TopicPartition], time
             error = exc.args[0]
             transient = error.retriable() or error.code() in COORDINATOR_NOT_READY
             if not transient or time.monotonic() + backoff > deadline:
-                raise TopicAdminError(f"committed offsets unavailable: {error}") from exc
+                raise TopicAdminError(f"committed offsets unavailable: {kafka_error_text(error)}") from exc
             time.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
@@ -265,9 +260,6 @@ class DescribedGroup:
     members: tuple[DescribedMember, ...]
 
 
-_UNREACHABLE_CODES = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, *_CONNECT_ERRORS})
-
-
 def describe_group(bootstrap: str, group: str, timeout: float = 30.0,
                    client_config: ClientConfig | None = None) -> DescribedGroup:
     """The group's state and members (member id, client id, group instance id, host, assigned partitions),
@@ -302,7 +294,7 @@ def _group_error(bootstrap: str, group: str, error: KafkaError) -> TopicAdminErr
     """The error class a failed group description deserves: missing, unreachable, or another answer."""
     if error.code() == KafkaError.GROUP_ID_NOT_FOUND:
         return GroupMissing(f"consumer group {group!r} does not exist on {bootstrap}")
-    if error.code() in _UNREACHABLE_CODES:
+    if error.code() in UNREACHABLE_ERRORS:
         return KafkaUnreachable(f"cannot describe consumer group {group!r}: Kafka at {bootstrap}: "
                                 f"{describe_connect_error(error)}")
     return TopicAdminError(f"cannot describe consumer group {group!r} on {bootstrap}: {error.name()}: {error.str()}")
@@ -334,10 +326,9 @@ def _offsets_consumer(bootstrap: str, client_config: ClientConfig | None, group:
                       isolation: Isolation = "read_uncommitted") -> Consumer:
     """A consumer that only looks: never subscribes (so never joins ``group``), never commits. By default it
     reads high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
-                              "isolation.level": isolation, "enable.auto.commit": False,
-                              "log_level": _QUIET, "logger": CLIENT_LOGGER, **(client_config or {})}
-    return Consumer(config)
+    return Consumer(kafka_client_config(bootstrap, {"group.id": group, "isolation.level": isolation,
+                                                    "enable.auto.commit": False, "log_level": _QUIET},
+                                        client_config or {}))
 
 
 def topic_watermarks(bootstrap: str, prefix: str = "", suffix: str = "", timeout: float = 30.0,
@@ -467,7 +458,7 @@ def _topic_partition_count(admin: AdminClient, bootstrap: str, name: str, deadli
                     raise _may_not_describe(bootstrap, name, wanted, error) from exc
                 return None
             if not error.retriable() or time.monotonic() + 0.2 >= deadline:
-                kind = KafkaUnreachable if error.code() in _UNREACHABLE_CODES else TopicAdminError
+                kind = KafkaUnreachable if error.code() in UNREACHABLE_ERRORS else TopicAdminError
                 raise kind(f"cannot describe topic {name!r} (needed: {wanted}): Kafka at {bootstrap}: "
                            f"{describe_connect_error(error)}") from exc
             time.sleep(0.2)

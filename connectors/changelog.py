@@ -39,7 +39,9 @@ from typing import Any, NamedTuple, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from connectors.admin import CLIENT_LOGGER, MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S, ClientConfig
+from connectors.admin import MISSING_TOPIC_GRACE_S, ClientConfig
+from connectors.clients import kafka_client_config
+from connectors.kafka_errors import MISSING_TOPIC_ERRORS
 
 CHECKPOINT_HEADER = "epochline.checkpoint"
 """Header naming the checkpoint id whose epoch wrote the record, as decimal ASCII."""
@@ -174,17 +176,10 @@ class ChangelogReader:
         self.initial_lookback = initial_lookback
         self.last_read: RestoreRead | None = None
         """What the most recent ``latest``/``read`` found and cost."""
-        self._config: dict[str, Any] = {
-            # The end-of-partition event comes with the empty fetch at the end, which the broker holds up to
-            # this long; partitions are only assigned during a read, so short polls cost nothing in between.
-            "fetch.wait.max.ms": 5,
-            **(consumer_config or {}),
-            **(client_config or {}),
-            **_REQUIRED_CONFIG,
-            "bootstrap.servers": bootstrap,
-            "group.id": group_id,
-            "logger": CLIENT_LOGGER,
-        }
+        # The end-of-partition event comes with the empty fetch at the end, which the broker holds up to this
+        # long; partitions are only assigned during a read, so short polls cost nothing in between.
+        self._config = kafka_client_config(bootstrap, {"fetch.wait.max.ms": 5}, consumer_config or {},
+                                           client_config or {}, _REQUIRED_CONFIG, {"group.id": group_id})
         self._consumer = Consumer(self._config)
         self._uncommitted: Consumer | None = None  # only asks for high watermarks; made on first use
         self._closed = False

@@ -41,8 +41,6 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.admin import (
-    CLIENT_LOGGER,
-    MISSING_TOPIC_ERRORS,
     TopicAdminError,
     committed_offsets,
     watermark_offsets,
@@ -50,8 +48,10 @@ from connectors.admin import (
 from connectors.alignment import EventTimeAligner
 from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
+from connectors.clients import kafka_client_config
 from connectors.dead_letter import DeadLetter, PoisonRecord
 from connectors.fetched import Fetched, PartitionEvent, RecordColumns, make_fetcher
+from connectors.kafka_errors import MISSING_TOPIC_ERRORS, kafka_error_text, missing_topic_text
 from connectors.metadata import METADATA_COLUMNS, with_metadata_fields
 from connectors.watermarks import WatermarkTracker, observe_batch
 from schemas import Format, FormatSpec, make_format
@@ -106,15 +106,6 @@ class TopicMissing(SourceError):
 
 class SourceNotAuthorized(SourceError):
     """The principal may not read the topic or use the group: permanent until an operator grants it."""
-
-
-def _permanent_error(source: str, where: str, error: KafkaError) -> SourceError | None:
-    """The permanent failure an error code means, or None when it may heal (worth a retry or restart)."""
-    if error.code() in MISSING_TOPIC_ERRORS:
-        return TopicMissing(f"source {source!r}: {where}: the topic does not exist ({error.str()})")
-    if error.code() in NOT_AUTHORIZED_ERRORS:
-        return SourceNotAuthorized(f"source {source!r}: {where}: not authorized ({error.name()}: {error.str()})")
-    return None
 
 
 # A batch's size bounds. Per-cycle costs (a DuckDB query, an Arrow JSON parse, a produce call) are paid per
@@ -225,18 +216,10 @@ class KafkaSource:
         # holds what. Not static membership: a member that stops must leave the group at once, or its
         # partitions would wait out its session before anyone else may read them.
         member = {"client.id": self.member} if self.member else {}
-        return {
-            "auto.offset.reset": self.settings.start_from,
-            **PREFETCH_BOUND,
-            **FETCH_DEFAULTS,
-            **self._group_defaults(user),
-            **member,
-            **user,
-            **REQUIRED_CONSUMER_CONFIG,
-            "bootstrap.servers": self.bootstrap,
-            "group.id": self.group_id,
-            "logger": CLIENT_LOGGER,
-        }
+        defaults = {"auto.offset.reset": self.settings.start_from, **PREFETCH_BOUND, **FETCH_DEFAULTS,
+                    **self._group_defaults(user), **member}
+        return kafka_client_config(self.bootstrap, defaults, user, REQUIRED_CONSUMER_CONFIG,
+                                   {"group.id": self.group_id})
 
     def _group_defaults(self, user: Mapping[str, str]) -> dict[str, str]:
         """``GROUP_CONSUMER_DEFAULTS`` for the classic group protocol; none for the consumer protocol, where
@@ -392,18 +375,28 @@ class KafkaSource:
         try:
             metadata = self._consumer.list_topics(topic, timeout=self.timeout)
         except KafkaException as error:
-            raise SourceUnavailable(f"source {self.name!r}: Kafka at {self.bootstrap} did not answer within "
-                                    f"{self.timeout}s while describing topic {topic!r}: {error}") from error
+            raise SourceUnavailable(f"source {self.name!r}: Kafka at {self.bootstrap} did not describe topic "
+                                    f"{topic!r} within {self.timeout}s: {kafka_error_text(error)}") from error
         described = metadata.topics.get(topic)
         where = f"topic {topic!r} on {self.bootstrap}"
         if described is None:
-            raise TopicMissing(f"source {self.name!r}: {where}: the topic does not exist")
+            raise TopicMissing(f"source {self.name!r}: {missing_topic_text(topic, self.bootstrap)}")
         if described.error is not None:
-            raise (_permanent_error(self.name, where, described.error)
-                   or SourceUnavailable(f"source {self.name!r}: {where} is not available: {described.error}"))
+            raise (self._permanent_error(where, described.error)
+                   or SourceUnavailable(f"source {self.name!r}: "
+                                        f"{kafka_error_text(described.error, self.bootstrap, topic)}"))
         if not described.partitions:
             raise SourceUnavailable(f"source {self.name!r}: {where} has no partitions yet")
         return sorted(described.partitions)
+
+    def _permanent_error(self, where: str, error: KafkaError) -> SourceError | None:
+        """The permanent failure an error code means, or None when it may heal (worth a retry or restart)."""
+        if error.code() in MISSING_TOPIC_ERRORS:
+            return TopicMissing(f"source {self.name!r}: {missing_topic_text(self.settings.topic, self.bootstrap)}")
+        if error.code() in NOT_AUTHORIZED_ERRORS:
+            return SourceNotAuthorized(f"source {self.name!r}: {where}: not authorized ({error.name()}: "
+                                       f"{error.str()})")
+        return None
 
     def _assign(self, checkpoint: SourceCheckpoint | None) -> None:
         offsets = self._checked_offsets(checkpoint) if checkpoint is not None else {}
@@ -518,7 +511,7 @@ class KafkaSource:
                 ends[event.partition] = event.offset
             elif error.fatal() or error.code() in UNAVAILABLE_ERRORS | MISSING_TOPIC_ERRORS | NOT_AUTHORIZED_ERRORS:
                 where = f"topic {self.settings.topic!r} partition {event.partition} on {self.bootstrap}"
-                raise (_permanent_error(self.name, where, error)
+                raise (self._permanent_error(where, error)
                        or SourceUnavailable(f"source {self.name!r}: {where}: {error.str()}"))
             else:
                 log.warning("consumer error", extra={"source": self.name, "topic": self.settings.topic,
@@ -610,7 +603,7 @@ class KafkaSource:
         except TopicAdminError as error:
             where = f"committed offsets of group {self.group_id!r} on topic {self.settings.topic!r}"
             cause = error.__cause__.args[0] if isinstance(error.__cause__, KafkaException) else None
-            permanent = _permanent_error(self.name, where, cause) if isinstance(cause, KafkaError) else None
+            permanent = self._permanent_error(where, cause) if isinstance(cause, KafkaError) else None
             raise (permanent or SourceUnavailable(f"source {self.name!r}: {where} on {self.bootstrap}: {error}")
                    ) from error
         return {tp.partition: (tp.offset, tp.metadata) for tp in answered if tp.offset >= 0}

@@ -28,6 +28,7 @@ from engine.bounded_yaml import YamlRefused, read_yaml
 from engine.names import check_name
 from schemas import FormatSpec
 from schemas.factory import FormatName, SubjectStrategy
+from schemas.text_files import TextFileError, read_text_file
 
 
 class ConfigError(ValueError):
@@ -328,11 +329,11 @@ def load_config(path: Path | str, *, batch: bool = False) -> ConnectorConfig:
 
 
 def read_config_file(path: Path) -> Any:
-    """The YAML of a connector config file, read with the bounds of ``engine.yaml``."""
+    """The YAML of a connector config file, read with the bounds of ``engine.bounded_yaml``."""
     try:
-        return read_yaml(path.read_bytes())
-    except OSError as error:
-        raise ConfigError(f"cannot read connector config {path}: {error.strerror}") from error
+        return read_yaml(read_text_file(path, "connector config"))
+    except TextFileError as error:
+        raise ConfigError(str(error)) from error
     except YamlRefused as error:
         raise ConfigError(f"connector config {path}: {error}") from error
     except yaml.YAMLError as error:

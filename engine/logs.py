@@ -26,7 +26,7 @@ LogFormat = Literal["auto", "text", "json"]
 
 _STANDARD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName",
                                                                 "color_message"}  # uvicorn's ANSI copy of msg
-CLIENT_LOGGER_NAME = "librdkafka"  # connectors.admin.CLIENT_LOGGER: every Kafka client's own lines
+CLIENT_LOGGER_NAME = "librdkafka"  # connectors.clients.CLIENT_LOGGER: every Kafka client's own lines
 _context: dict[str, object] = {}
 
 

@@ -66,20 +66,11 @@ def open_early(config: ConnectorConfig) -> None:
         open_database_soon()
 
 
-CLIENT_DEFAULTS = {"reconnect.backoff.ms": "20"}
-"""Under ``kafka.client``, for every client the connector makes. A new librdkafka client holds back its
-connection to the broker its first metadata names for about half of ``reconnect.backoff.ms`` (its debug log
-says "still suppressed for 49ms" at the default 100), and ``init_transactions``, a consumer's first metadata
-and its group join wait for that connection: about 50 ms per client, twice in every connector start. At 20 ms
-the hold is about 11 ms (librdkafka's floor); reconnects after a broker failure start 20 ms apart instead of
-100 and still double up to ``reconnect.backoff.max.ms`` (10 s). Measured in bench/README.md ("Start-up")."""
-
-
 def client_config(config: ConnectorConfig) -> dict[str, str]:
-    """``kafka.client`` over ``CLIENT_DEFAULTS``, secret references resolved: given to every Kafka client the
-    connector makes. Resolved here, when a client is about to be made, so the secrets never sit in the loaded
-    config."""
-    return {**CLIENT_DEFAULTS, **secrets.resolve_all(config.kafka.client, config.base_dir)}
+    """``kafka.client``, secret references resolved: given to every Kafka client the connector makes (over
+    ``connectors.clients.CLIENT_DEFAULTS``). Resolved here, when a client is about to be made, so the secrets
+    never sit in the loaded config."""
+    return secrets.resolve_all(config.kafka.client, config.base_dir)
 
 
 def source_settings(config: ConnectorConfig, source: SourceConfig | None = None,

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.base import SchemaError
+from schemas.text_files import TextFileError, read_text_file
 
 AvroSchema = str | list[Any] | dict[str, Any]
 
@@ -78,9 +79,9 @@ _MAX_DECIMAL128_PRECISION = 38
 def load_avro_schema(path: Path) -> AvroSchema:
     """Read and validate an ``.avsc`` file; any problem is a ``SchemaError`` naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SchemaError(f"cannot read Avro schema file {path}: {exc.strerror or exc}") from exc
+        text = read_text_file(Path(path), "Avro schema file")
+    except TextFileError as exc:
+        raise SchemaError(str(exc)) from exc
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.base import SchemaError
+from schemas.text_files import TextFileError, read_text_file
 
 _SIMPLE: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -41,9 +42,9 @@ _UNSUPPORTED_KEYWORDS = ("$ref", "oneOf", "anyOf", "allOf", "not", "if")
 
 def load_json_document(path: Path, kind: str) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SchemaError(f"cannot read {kind} file {path}: {exc.strerror or exc}") from exc
+        text = read_text_file(Path(path), f"{kind} file")
+    except TextFileError as exc:
+        raise SchemaError(str(exc)) from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -12,8 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import CLIENT_LOGGER, MISSING_TOPIC_ERRORS, MISSING_TOPIC_GRACE_S
+from connectors.admin import MISSING_TOPIC_GRACE_S
+from connectors.clients import kafka_client_config
 from connectors.dead_letter import DeadLetter
+from connectors.kafka_errors import MISSING_TOPIC_ERRORS, missing_topic_text
 from connectors.metadata import is_metadata_column
 from schemas import Format
 from schemas.base import encode_column
@@ -179,8 +181,7 @@ class KafkaWriter:
         self._not_authorized: SinkError | None = None
         self.interrupted: Callable[[], bool] = lambda: False
         """Polled while calls are retried: set by the engine so a stop signal ends the retries."""
-        config: dict[str, object] = {
-            "bootstrap.servers": bootstrap,
+        defaults: dict[str, object] = {
             "linger.ms": 5,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": settings.max_queued_messages,
@@ -188,11 +189,8 @@ class KafkaWriter:
             "compression.type": "lz4",
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
-            "logger": CLIENT_LOGGER,  # librdkafka's lines go through epochline's logging
-            **extra,
-            **settings.producer_config,
         }
-        self.producer = Producer(config)
+        self.producer = Producer(kafka_client_config(bootstrap, defaults, extra, settings.producer_config))
 
     def check_topics(self) -> None:
         """Ask the broker about each topic this sink writes: the output topic, then the dead-letter topic (or
@@ -223,8 +221,8 @@ class KafkaWriter:
             if self.interrupted():
                 raise CallInterrupted(f"describing {where}: stop requested while waiting for the topic")
             if time.monotonic() >= deadline:
-                raise SinkTopicMissing(f"{where}: the topic does not exist; create it (or let the broker create "
-                                       "topics on demand) and start again")
+                raise SinkTopicMissing(f"{role}: {missing_topic_text(topic, self.bootstrap)} (or let the broker "
+                                       "create topics on demand)")
             time.sleep(TOPIC_RECHECK_S)
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:

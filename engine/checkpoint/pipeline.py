@@ -39,6 +39,7 @@ from engine.checkpoint.coordinator import (
     StoppedBeforeStart,
     StopRequest,
 )
+from engine.checkpoint.totals import EpochCounts, RunTotals
 from engine.config import ConnectorConfig
 from engine.instance import Instance, resolve_instance
 from engine.metrics import Metrics
@@ -110,13 +111,15 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                  crash_point: CrashPoint | None = None, *, instance: Instance | None = None,
                  open_source: SourceOpener | None = None,
                  sink: Sink | None = None, changelog: StateChangelog | None = None,
-                 cycle_observer: CycleObserver | None = None, stop: StopRequest | None = None) -> None:
+                 cycle_observer: CycleObserver | None = None, stop: StopRequest | None = None,
+                 totals: RunTotals | None = None) -> None:
         """``open_source``, ``sink`` and ``changelog`` replace the Kafka ones (the test driver's in-memory
         parts); by default sources are ``KafkaSource``s in the connector's group, the sink is what
         ``sink.delivery`` asks and keyed state goes to changelog topics. ``cycle_observer`` is told every
         source's position after each cycle (a progress bar). ``stop`` is polled between the steps of
         start-up, so a stop signal then is honoured within seconds. ``instance`` defaults to the one
-        ``resolve_instance`` names (``EPOCHLINE_INSTANCE`` or the name kept in the state directory)."""
+        ``resolve_instance`` names (``EPOCHLINE_INSTANCE`` or the name kept in the state directory).
+        ``totals`` is given each committed epoch's counts (a runner passes one to every pipeline it makes)."""
         self.config = config
         self.bootstrap = bootstrap
         self.instance = instance = instance or resolve_instance(config)
@@ -154,6 +157,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._committed_watermarks: dict[str, int | None] = {}
         self._committed_id: int | None = None
         self._pending_dead_letters: list[DeadLetter] = []
+        self._epoch = EpochCounts()
+        self.totals = totals or RunTotals()
         self._faults_since_commit = 0
         self._cycle_bytes_in = 0
         self._cycle_observer = cycle_observer
@@ -323,6 +328,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         timestamps (DESIGN.md, "Event time judges only what holds event-time state")."""
         self._pending_dead_letters += batch.dead_letters
         self._cycle_bytes_in += batch.value_bytes
+        if source == SOURCE_NAME:  # the repartition topic's rows were counted when their records were read
+            self._epoch.records_in += batch.batch.num_rows + len(batch.dead_letters)
         self.metrics.dead_letters(len(batch.dead_letters))
         rows = restored(batch.batch) if source == REPARTITION_SOURCE else batch.batch
         if source != self._judged_source:
@@ -425,7 +432,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                 for batch in source_batches:
                     self._pending_dead_letters += self._dead_letters_from_rows(
                         batch.source, batch.batch, f"transform failed: {error}", "transform")
-                self.sink.write_dead_letters(self._take_dead_letters())
+                self._write_dead_letters()
             raise CycleFailed(str(error)) from error
 
     def _repartition(self, table: pa.Table) -> None:
@@ -468,15 +475,17 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             log.info("waiting for the group to commit the end", extra={
                 "source": source.name, "positions": dict(source.position().offsets), "ends": self._repartition_ends})
 
-    def _take_dead_letters(self) -> list[DeadLetter]:
+    def _write_dead_letters(self) -> None:
         letters, self._pending_dead_letters = self._pending_dead_letters, []
-        return letters
+        self._epoch.dead_lettered += len(letters)
+        self.sink.write_dead_letters(letters)
 
     def write_to_sinks(self, results: pa.Table | None) -> None:
         if results is not None:
             written = self.sink.write(results)
             self.metrics.records_out(written.records, bytes_out=written.bytes)
-        self.sink.write_dead_letters(self._take_dead_letters())
+            self._epoch.records_out += written.records
+        self._write_dead_letters()
 
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None:
         bytes_in, self._cycle_bytes_in = self._cycle_bytes_in, 0
@@ -505,6 +514,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         except EpochAborted as error:
             raise CheckpointAbandoned(f"checkpoint {checkpoint_id}: {error}") from error
         self._committed_id = checkpoint_id
+        self.totals.add_committed(self._epoch)
+        self._epoch = EpochCounts()
         for name, cut in source_checkpoints.items():
             self._committed_cuts.setdefault(name, {}).update(cut.offsets)
             tracker = self._sources[name].watermarks
@@ -542,6 +553,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         event time and offset as last committed (DESIGN.md, group rule 4). The attempt's id stays burned."""
         self._faults_since_commit += 1
         self._pending_dead_letters.clear()
+        self._epoch = EpochCounts()
         self.sink.abort_epoch()
         cuts = {}
         for name, source in self._sources.items():

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from connectors.admin import KafkaUnreachable, check_connection, end_offsets
+from connectors.admin import KafkaUnreachable, TopicAdminError, check_connection, create_topics, end_offsets
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import PoisonRecord
 from connectors.source import SourceNotAuthorized, SourceUnavailable, TopicMissing
@@ -28,6 +28,7 @@ from engine.checkpoint.coordinator import (
     StreamingCoordinator,
 )
 from engine.checkpoint.pipeline import KafkaPipeline, RecoveryError
+from engine.checkpoint.totals import RunTotals
 from engine.config import ConnectorConfig
 from engine.instance import InstanceNameError, resolve_instance
 from engine.logs import set_context
@@ -89,6 +90,11 @@ class RunOptions:
     progress: RunProgress | None = None
     instance: str | None = None
     """This instance's name in the connector's group (``engine.instance.resolve_instance``)."""
+    totals: RunTotals = field(default_factory=RunTotals)
+    """What the run committed and how it ended, filled in as it goes (``RunTotals.line``)."""
+    create_topics: bool = False
+    """Create the source, sink and dead-letter topics that do not exist yet (``epochline run --create-topics``),
+    with the broker's default partitions and replication, once Kafka answers."""
 
 
 def bootstrap_from(flag: str | None) -> str:
@@ -114,7 +120,11 @@ def run_connector(config: ConnectorConfig, options: RunOptions) -> None:
     try:
         _run(config, options, stop)
     except ImmediateStop as immediate:
+        options.totals.outcome = "failed"
         raise ConnectorFailed(f"{config.name}: {immediate}") from immediate
+    except BaseException:
+        options.totals.outcome = "failed"
+        raise
 
 
 def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> None:
@@ -129,6 +139,9 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     client = client_config(config)
     if not _kafka_answers(config, options, client, stop):
         return
+    if options.create_topics:
+        _create_missing_topics(config, options.bootstrap, client)
+    options.totals.started = True
     metrics = Metrics()
     if config.metrics_port is not None:
         metrics.serve(config.metrics_port)
@@ -140,11 +153,12 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     restarts = RestartBudget(options.max_restarts, options.restart_backoff_s)
     while True:
         pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, instance=instance,
-                                 cycle_observer=observer, stop=stop)
+                                 cycle_observer=observer, stop=stop, totals=options.totals)
         coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(
             checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at=stop_at), stop=stop)
         try:
             coordinator.run()
+            options.totals.outcome = "stopped" if stop.requested else "finished"
             log.info("connector stopped", extra={"connector": config.name,
                                                  "checkpoints": coordinator.checkpoints_committed})
             return
@@ -165,6 +179,18 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
                                "in_a_row": restarts.in_a_row, "backoff_s": backoff})
             if stop.wait(backoff) or not _kafka_answers(config, options, client, stop):
                 return
+
+
+def _create_missing_topics(config: ConnectorConfig, bootstrap: str, client: dict[str, str]) -> None:
+    topics = list(dict.fromkeys([config.source.topic, config.sink.topic,
+                                 *([config.dead_letter.topic] if config.dead_letter else [])]))
+    try:
+        created = create_topics(bootstrap, topics, partitions=-1, timeout=config.kafka.connect_timeout / 1000,
+                                client_config=client)
+    except TopicAdminError as error:
+        raise ConnectorFailed(f"{config.name}: --create-topics: {error}") from error
+    for topic in created:
+        log.info("topic created", extra={"topic": topic, "by": "--create-topics"})
 
 
 def _kafka_answers(config: ConnectorConfig, options: RunOptions, client: dict[str, str], stop: StopRequest) -> bool:

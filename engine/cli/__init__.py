@@ -82,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"epochline: {error}", file=sys.stderr)
         return 2
+    finally:
+        last_words = getattr(args, "last_words", None)  # a handler's line that comes after all, its failure too
+        if last_words is not None:
+            last_words()
 
 
 __all__ = ["COMMAND_MODULES", "build_parser", "command_named_in", "main"]

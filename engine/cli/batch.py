@@ -21,7 +21,7 @@ from engine.batch.reports import (
     print_list,
 )
 from engine.checkpoint import bootstrap_from
-from engine.cli.common import add_bootstrap_argument, crash_point
+from engine.cli.common import add_bootstrap_argument, crash_point, table_console
 from engine.cli.progress import batch_progress
 from engine.config import load_config
 
@@ -56,7 +56,7 @@ def _emit(args: argparse.Namespace, report: Any, human: Callable[[Console], None
     if args.json:
         print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
-        human(Console())
+        human(table_console())
 
 
 def _census(args: argparse.Namespace) -> int:

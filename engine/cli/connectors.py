@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from engine.cli.common import CommandFailed
+from engine.cli.common import CommandFailed, table_console
 from engine.worker.apply import ApplyPlan, desired_configs, diff_text, plan
 from engine.worker.client import TokenFileError, WorkerApiError, WorkerClient, token_from
 
@@ -164,7 +164,7 @@ def _status(client: WorkerClient, args: argparse.Namespace) -> int:
     if args.json:
         print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
     else:
-        print_connector_status(status, Console())
+        print_connector_status(status, table_console())
     return 0
 
 
@@ -198,7 +198,7 @@ def offsets_table(name: str, offsets: list[dict[str, Any]]) -> Table:
 def _offsets(client: WorkerClient, args: argparse.Namespace) -> int:
     offsets = client.offsets(args.name).get("offsets") or []
     if offsets:
-        Console().print(offsets_table(args.name, offsets))
+        table_console().print(offsets_table(args.name, offsets))
     else:
         print(f"{args.name}: no committed offsets")
     return 0

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from connectors.admin import TopicAdminError
 from engine.checkpoint import bootstrap_from
-from engine.cli.common import CommandFailed, add_bootstrap_argument
+from engine.cli.common import CommandFailed, add_bootstrap_argument, table_console
 from engine.config import load_config
 from engine.group_status import ChangelogStatus, ConnectorStatus, MemberStatus, PartitionStatus, read_status
 
@@ -80,7 +80,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
     else:
-        print_status(status, Console())
+        print_status(status, table_console())
     return 0
 
 

@@ -15,6 +15,7 @@ from engine.cli.common import CommandFailed, add_bootstrap_argument
 from engine.config import KafkaConfig
 from engine.worker.client import TokenFileError, token_from
 from engine.worker.supervisor import SupervisorSettings
+from schemas.text_files import TextFileError, read_text_file
 
 
 def rest_address(text: str) -> tuple[str, int]:
@@ -31,11 +32,11 @@ def worker_client_config(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     try:
-        raw = read_yaml(path.read_bytes())
+        raw = read_yaml(read_text_file(path, "--kafka-client file"))
         settings = KafkaConfig(client=raw if raw is not None else {}).client
         return secrets.resolve_all(settings, path.parent)
-    except OSError as error:
-        raise CommandFailed(f"cannot read --kafka-client {path}: {error.strerror}") from error
+    except TextFileError as error:
+        raise CommandFailed(str(error)) from error
     except (yaml.YAMLError, ValidationError, secrets.SecretReferenceError) as error:
         raise CommandFailed(f"--kafka-client {path}: {error}") from error
 

@@ -23,6 +23,7 @@ import yaml
 
 from engine.config import ConfigError, ConnectorConfig, FormatConfig, load_config, read_config_file
 from engine.secrets import redacted_tree
+from schemas.text_files import TextFileError, read_text_file
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -82,9 +83,9 @@ def schema_file(config: ConnectorConfig, settings: FormatConfig) -> Path | None:
 def read_schema(config_path: Path, schema: Path) -> Any:
     """A schema file's parsed content; the error names the config that refers to it."""
     try:
-        return json.loads(schema.read_text())
-    except OSError as error:
-        raise ConfigError(f"{config_path}: cannot read schema file {schema}: {error.strerror}") from error
+        return json.loads(read_text_file(schema, "schema file"))
+    except TextFileError as error:
+        raise ConfigError(f"{config_path}: {error}") from error
     except ValueError as error:
         raise ConfigError(f"{config_path}: schema file {schema} is not JSON ({error}); only JSON Schema and "
                           "Avro schemas can be sent to a worker inline") from error

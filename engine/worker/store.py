@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.admin import CLIENT_LOGGER, ClientConfig, ensure_topic
+from connectors.admin import ClientConfig, ensure_topic
+from connectors.clients import kafka_client_config
+from connectors.kafka_errors import kafka_error_text
 from engine.worker.errors import RecordTooLarge, StoreError
 from engine.worker.records import ConnectorRecord, TaskStatus, status_key
 
@@ -53,7 +55,7 @@ class KafkaClusterStore:
         self._timeout_s = timeout_s
         for topic in (self.configs_topic, self.status_topic):
             ensure_topic(bootstrap, topic, 1, client_config, compacted=True, timeout=timeout_s)
-        common: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER, **(client_config or {})}
+        common = kafka_client_config(bootstrap, client_config or {})
         # A write not acknowledged within the timeout fails for good (it is not left queued to land later).
         self._producer = Producer({**common, "acks": "all", "enable.idempotence": True, "linger.ms": 0,
                                    "message.timeout.ms": int(timeout_s * 1000)})
@@ -100,7 +102,7 @@ class KafkaClusterStore:
         try:
             self._producer.produce(topic, key=key, value=value)
         except (KafkaException, BufferError) as error:
-            raise StoreError(f"writing to {topic!r}: {error}") from error
+            raise StoreError(f"writing to {topic!r}: {kafka_error_text(error)}") from error
         self._producer.poll(0)
 
     def close(self) -> None:

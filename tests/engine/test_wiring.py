@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from connectors.source import KafkaSource
 from engine.config import load_config
 from engine.wiring import client_config, sink_settings, source_settings
 from tests.helpers.processes import WATCH_CONNECT, run_python
@@ -23,12 +24,15 @@ def test_every_client_reconnects_after_20_ms_at_first_unless_kafka_client_says_o
     """librdkafka holds a new client's second connection back for half of reconnect.backoff.ms (100 by
     default), and a transactional producer's first call and a consumer's group join wait for it."""
     default = load_config(connector(tmp_path, {"client.id": "orders"}))
-    assert client_config(default) == {"reconnect.backoff.ms": "20", "client.id": "orders"}
-    assert source_settings(default).consumer_config["reconnect.backoff.ms"] == "20"
-    assert sink_settings(default, transactional_id="t", group_id="g").producer_config["reconnect.backoff.ms"] == "20"
+    assert client_config(default) == {"client.id": "orders"}
+    assert source_settings(default).consumer_config["client.id"] == "orders"
+    assert sink_settings(default, transactional_id="t", group_id="g").producer_config["client.id"] == "orders"
+    with KafkaSource(source_settings(default), "127.0.0.1:1", "g") as source:
+        assert source.consumer_config()["reconnect.backoff.ms"] == "20"
 
     chosen = load_config(connector(tmp_path, {"reconnect.backoff.ms": "100"}))
-    assert client_config(chosen)["reconnect.backoff.ms"] == "100"
+    with KafkaSource(source_settings(chosen), "127.0.0.1:1", "g") as source:
+        assert source.consumer_config()["reconnect.backoff.ms"] == "100"
 
 
 def test_a_config_with_a_sql_step_starts_opening_duckdb_before_any_step_is_made(tmp_path: Path) -> None:

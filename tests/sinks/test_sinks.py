@@ -314,8 +314,8 @@ def test_a_missing_topic_fails_the_start_naming_it_in_bounded_time(
     absent = unique_topic if missing == "sink" else f"{unique_topic}-dlq"
     started = time.monotonic()
     try:
-        with pytest.raises(SinkTopicMissing, match=f"{missing}: topic '{absent}' on {kafka_bootstrap}: "
-                                                   "the topic does not exist"):
+        with pytest.raises(SinkTopicMissing, match=f"{missing}: topic '{absent}' does not exist on {kafka_bootstrap}: "
+                                                   "create it"):
             sink.start()
     finally:
         sink.close()

@@ -115,7 +115,7 @@ def test_a_missing_sink_or_dead_letter_topic_fails_at_once_naming_it(command: tu
     assert done.returncode == 2, done.stderr[-2000:]
     assert time.monotonic() - started < 20
     [line] = [line for line in done.stderr.splitlines() if line.startswith("epochline:")]
-    assert f"topic '{unique_topic}-{missing}' on {kafka_bootstrap}: the topic does not exist" in line, line
+    assert f"topic '{unique_topic}-{missing}' does not exist on {kafka_bootstrap}: create it" in line, line
     assert "restarting connector" not in done.stderr
 
 

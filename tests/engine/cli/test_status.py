@@ -216,3 +216,29 @@ def test_the_instance_and_input_come_from_the_client_id() -> None:
     assert instance_of("orders", "orders-b-repartition") == ("b", "repartition")
     assert instance_of("orders", "orders-source") == (None, None)
     assert instance_of("orders", "console-consumer-1") == (None, None)
+
+
+def test_piped_the_tables_print_every_name_in_full_whatever_their_width(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A script reading ``epochline status | grep`` must find the topic it greps for, not ``paymen…``."""
+    name = f"{unique_topic}-{'long-name-' * 8}"
+    create_topic(kafka_bootstrap, f"{name}-in", 1)
+    config = status_config(tmp_path, name)
+
+    code, out, _ = epochline_status(capsys, config, kafka_bootstrap)
+
+    assert code == 0
+    assert "…" not in out
+    [row] = [line for line in out.splitlines() if f"{name}-in" in line]
+    assert len(row.rstrip()) > len(name) + 20 > 100  # the row is as wide as it needs, past 80 columns
+
+
+def test_a_missing_source_topic_is_one_sentence_naming_it_the_broker_and_what_to_do(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = epochline_status(capsys, status_config(tmp_path, unique_topic), kafka_bootstrap)
+
+    assert code == 2 and out == ""
+    assert "KafkaError{" not in err
+    assert err.strip() == (f"epochline: {tmp_path / unique_topic}.yaml: topic '{unique_topic}-in' does not exist on "
+                           f"{kafka_bootstrap}: create it (kafka-topics.sh --create, or epochline run "
+                           "--create-topics), or correct the topic name")

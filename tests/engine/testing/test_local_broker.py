@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from connectors.admin import create_topic
+from connectors.admin import create_topic, matching_topics
+from engine.testing import read_values
 from engine.testing.local_broker import (
     BrokerAlreadyRunning,
     BrokerError,
@@ -19,6 +26,9 @@ from engine.testing.local_broker import (
     free_port,
     kafka_classpath,
 )
+from tests.helpers import EXAMPLES, REPO_ROOT
+from tests.helpers.connector_process import produce_values, start_connector
+from tests.helpers.worker_process import wait_for
 
 
 def _read_all(bootstrap: str, topic: str, isolation: str, expected_at_least: int) -> list[bytes]:
@@ -124,3 +134,57 @@ def test_kafka_home_without_kafka_jars_is_refused(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("KAFKA_HOME", str(tmp_path))
     with pytest.raises(BrokerError, match="KAFKA_HOME"):
         kafka_classpath()
+
+
+def readme_first_connector() -> str:
+    """The first YAML block of the README: the connector a reader tries first."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    return readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def epochline(*args: str) -> list[str]:
+    return [sys.executable, "-m", "engine.cli", *args]
+
+
+@pytest.mark.timeout(300)
+def test_the_readme_s_first_connector_runs_as_written_on_the_broker_epochline_starts(tmp_path: Path) -> None:
+    """Its steps: ``broker start``, ``validate``, ``run --create-topics`` (the broker creates no topic on demand,
+    so the flag makes the source, sink and dead-letter topics), Ctrl-C, ``broker stop``. Only the metrics port
+    is moved to a free one: 9108 may be taken on a shared machine."""
+    config = tmp_path / "orders-windowed.yaml"
+    config.write_text(readme_first_connector().replace("metrics_port: 9108", f"metrics_port: {free_port()}"))
+    shutil.copy(EXAMPLES / "orders.schema.json", tmp_path)
+    data_dir, port = tmp_path / "broker", free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    started = subprocess.run(epochline("broker", "start", "--port", str(port), "--data-dir", str(data_dir)),
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        assert started.stdout.strip() == bootstrap
+        validated = subprocess.run(epochline("validate", str(config)), cwd=REPO_ROOT, capture_output=True,
+                                   text=True, timeout=60)
+        assert validated.returncode == 0, validated.stderr
+        run = start_connector(config, bootstrap, command=("--log-format", "text", "run"),
+                              extra_args=("--create-topics",))
+        try:
+            wait_for("the source topic", lambda: "orders" in matching_topics(bootstrap, "orders"), timeout_s=60,
+                     every_s=0.5)
+            orders = [orjson.dumps({"id": i, "user": f"u{i % 3}", "amount": i - 5, "ts": f"2026-01-01T00:00:{i:02}Z"})
+                      for i in range(40)]
+            produce_values(bootstrap, "orders", [*orders, b"not an order"], 1)
+            wait_for("the malformed record dead-lettered", lambda: len(read_values(bootstrap, "orders-dlq")) == 1,
+                     timeout_s=60, every_s=1.0)
+            time.sleep(2)  # a checkpoint interval (1 s) past the last record
+            run.process.send_signal(signal.SIGINT)
+            assert run.wait(60) == 0, run.log_tail()
+        finally:
+            run.kill()
+        windows = read_values(bootstrap, "orders-clean")
+    finally:
+        stopped = subprocess.run(epochline("broker", "stop", "--data-dir", str(data_dir)), cwd=REPO_ROOT,
+                                 capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+
+    assert windows, "no window closed"  # 40 s of event time: the first windows of 10 s closed
+    last = run.log_path.read_text().strip().splitlines()[-1]
+    assert last.startswith(f"stopped: 41 records in, {len(windows)} out, 1 dead-lettered, "), last
