@@ -285,7 +285,11 @@ def _field_problems(error: ValidationError) -> list[tuple[str, str]]:
 
 
 def invalid_config(problems: list[tuple[str, str]], where: Path | str) -> ConfigError:
-    """One ``ConfigError`` listing every ``(field, message)`` problem, a line each."""
+    """One ``ConfigError`` listing every ``(field, message)`` problem: one line for one problem (the CLI's
+    one-line error), a line each under a heading for several."""
+    if len(problems) == 1:
+        field, message = problems[0]
+        return ConfigError(f"invalid connector config {where}: {field}: {message}", problems)
     lines = [f"invalid connector config {where}:", *(f"  {field}: {message}" for field, message in problems)]
     return ConfigError("\n".join(lines), problems)
 

@@ -106,7 +106,8 @@ def test_a_schema_file_the_config_names_that_is_not_text_is_one_line_naming_the_
     config.write_text(VALID_CONFIG.replace("format: json, schema", f"format: {schema_format}, schema"))
 
     assert main(["validate", str(config)]) == 2
-    assert one_error_line(capsys) == f"epochline: {kind} {tmp_path / 'schema.json'} {WRONG_FILES[wrong][1]}"
+    assert one_error_line(capsys) == (f"epochline: invalid connector config {config}: source: "
+                                      f"{kind} {tmp_path / 'schema.json'} {WRONG_FILES[wrong][1]}")
 
 
 def test_epochline_run_of_a_config_that_is_not_utf8_exits_2_with_one_line(tmp_path: Path) -> None:
