@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -154,6 +155,10 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._committed_watermarks: dict[str, int | None] = {}
         self._committed_id: int | None = None
         self._pending_dead_letters: list[DeadLetter] = []
+        self._committed_dead_letters: dict[str, dict[int, int]] = {}
+        """Per source and partition, its records dead-lettered in all committed epochs (offset metadata)."""
+        self._epoch_dead_letters: Counter[tuple[str, int]] = Counter()
+        """Per (topic, partition), its records dead-lettered in the open epoch's transaction."""
         self._faults_since_commit = 0
         self._cycle_bytes_in = 0
         self._cycle_observer = cycle_observer
@@ -255,6 +260,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         if epoch.event_time is not None:
             self._committed_event_times.setdefault(source, {})[partition] = epoch.event_time
             self._sources[source].watermarks.observe(partition, epoch.event_time)
+        if epoch.dead_letters is not None:
+            self._committed_dead_letters.setdefault(source, {})[partition] = epoch.dead_letters
         self._committed_id = max(self._committed_id or 0, epoch.checkpoint_id)
 
     def revoked(self, source: str, partitions: list[int]) -> None:
@@ -274,6 +281,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         for partition in partitions:
             self._committed_cuts.get(source, {}).pop(partition, None)
             self._committed_event_times.get(source, {}).pop(partition, None)
+            self._committed_dead_letters.get(source, {}).pop(partition, None)
         if source == self._keyed_source:
             for state in self._keyed_states().values():
                 for partition in partitions:
@@ -468,7 +476,9 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                 "source": source.name, "positions": dict(source.position().offsets), "ends": self._repartition_ends})
 
     def _take_dead_letters(self) -> list[DeadLetter]:
+        """The pending dead letters, handed to the open epoch's transaction and counted for its commit."""
         letters, self._pending_dead_letters = self._pending_dead_letters, []
+        self._epoch_dead_letters.update((letter.topic, letter.partition) for letter in letters)
         return letters
 
     def write_to_sinks(self, results: pa.Table | None) -> None:
@@ -506,11 +516,13 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._committed_id = checkpoint_id
         for name, cut in source_checkpoints.items():
             self._committed_cuts.setdefault(name, {}).update(cut.offsets)
+            self._committed_dead_letters.setdefault(name, {}).update(self._dead_letter_totals(name, cut))
             tracker = self._sources[name].watermarks
             self._committed_event_times[name] = tracker.max_event_times()
             self._committed_watermarks[name] = tracker.current()
         self._faults_since_commit = 0
         self._repartition_pending = False
+        self._epoch_dead_letters.clear()
         self.metrics.checkpoint(duration_s=time.monotonic() - started, size_bytes=state_bytes)
         for source in self._sources.values():
             self.metrics.lag(source.name, source.lag())
@@ -528,12 +540,21 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         return size
 
     def _tagged(self, source: str, cut: SourceCheckpoint, checkpoint_id: int) -> list[TopicPartition]:
-        """The cut's offsets, each naming the epoch and carrying its partition's largest event time."""
+        """The cut's offsets, each naming the epoch and carrying its partition's largest event time and its
+        dead letters so far, this epoch's included (``connectors.offset_metadata.checkpoint_metadata``)."""
         tracker = self._sources[source].watermarks
         now_ms = time.time_ns() // 1_000_000
+        dead_letters = self._dead_letter_totals(source, cut)
         return [TopicPartition(cut.topic, partition, offset, metadata=checkpoint_metadata(
-                    checkpoint_id, self.instance.name, tracker.max_event_time(partition), now_ms))
+                    checkpoint_id, self.instance.name, tracker.max_event_time(partition), now_ms,
+                    dead_letters[partition]))
                 for partition, offset in cut.offsets.items()]
+
+    def _dead_letter_totals(self, source: str, cut: SourceCheckpoint) -> dict[int, int]:
+        """Per partition of the cut: its dead letters in committed epochs plus those of the open epoch."""
+        committed = self._committed_dead_letters.get(source, {})
+        return {partition: committed.get(partition, 0) + self._epoch_dead_letters[(cut.topic, partition)]
+                for partition in cut.offsets}
 
     def abandon_checkpoint_attempt(self, attempt: CheckpointAttempt | None,
                                    reason: str) -> Mapping[str, SourceCheckpoint]:
@@ -541,6 +562,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         event time and offset as last committed (DESIGN.md, group rule 4). The attempt's id stays burned."""
         self._faults_since_commit += 1
         self._pending_dead_letters.clear()
+        self._epoch_dead_letters.clear()
         self.sink.abort_epoch()
         cuts = {}
         for name, source in self._sources.items():
