@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -331,10 +331,11 @@ def matching_topics(bootstrap: str, prefix: str = "", suffix: str = "", timeout:
 
 
 def _offsets_consumer(bootstrap: str, client_config: ClientConfig | None, group: str = "epochline-end-offsets",
-                      isolation: Isolation = "read_uncommitted") -> Consumer:
+                      isolation: Isolation = "read_uncommitted", eof: bool = False) -> Consumer:
     """A consumer that only looks: never subscribes (so never joins ``group``), never commits. By default it
-    reads high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group,
+    reads high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset;
+    with ``eof`` it says when an assigned partition is read to its end."""
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group, "enable.partition.eof": eof,
                               "isolation.level": isolation, "enable.auto.commit": False,
                               "log_level": _QUIET, "logger": CLIENT_LOGGER, **(client_config or {})}
     return Consumer(config)
@@ -350,6 +351,63 @@ def topic_watermarks(bootstrap: str, prefix: str = "", suffix: str = "", timeout
         return {topic: watermark_offsets(consumer, topic, partitions, timeout) for topic, partitions in topics.items()}
     finally:
         consumer.close()
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record as read back from a topic: where it is, when it was written, its bytes and headers."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def last_committed_records(bootstrap: str, topic: str, count: int, timeout: float = 10.0,
+                           client_config: ClientConfig | None = None) -> list[StoredRecord]:
+    """Up to the last ``count`` committed records of ``topic``, newest first, read ``read_committed`` from
+    ``count`` offsets before each partition's last stable offset (fewer records there when transaction
+    markers or aborted records take offsets). A topic that does not exist holds none; a read that does not
+    reach the ends within ``timeout`` is a ``TopicAdminError``."""
+    consumer = _offsets_consumer(bootstrap, client_config, isolation="read_committed", eof=True)
+    try:
+        described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if described is None or described.error is not None:
+            return []
+        marks = watermark_offsets(consumer, topic, sorted(described.partitions), timeout)
+        starts = {partition: max(low, end - count) for partition, (low, end) in marks.items() if end > low}
+        found = _read_to_the_end(consumer, topic, starts, time.monotonic() + timeout)
+    finally:
+        consumer.close()
+    found.sort(key=lambda record: (record.timestamp_ms or 0, record.partition, record.offset), reverse=True)
+    return found[:count]
+
+
+def _read_to_the_end(consumer: Consumer, topic: str, starts: Mapping[int, int], deadline: float) -> list[StoredRecord]:
+    """Every record from ``starts`` until each partition reports its end (``enable.partition.eof``)."""
+    if not starts:
+        return []
+    consumer.assign([TopicPartition(topic, partition, offset) for partition, offset in starts.items()])
+    reading, found = set(starts), []
+    while reading:
+        if time.monotonic() > deadline:
+            raise TopicAdminError(f"topic {topic!r}: partitions {sorted(reading)} not read to their end in time")
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        error = message.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            reading.discard(message.partition())
+        elif error is not None:
+            raise TopicAdminError(f"topic {topic!r}: cannot read partition {message.partition()}: {error}")
+        else:
+            kind, timestamp = message.timestamp()
+            headers = cast(list[tuple[str, bytes | None]], message.headers() or [])  # a list, as consumed
+            found.append(StoredRecord(cast(int, message.partition()), cast(int, message.offset()),
+                                      timestamp if kind else None, message.key(), message.value(), headers))
+    return found
 
 
 @dataclass(frozen=True)
