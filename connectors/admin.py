@@ -367,22 +367,35 @@ class StoredRecord:
 
 def last_committed_records(bootstrap: str, topic: str, count: int, timeout: float = 10.0,
                            client_config: ClientConfig | None = None) -> list[StoredRecord]:
-    """Up to the last ``count`` committed records of ``topic``, newest first, read ``read_committed`` from
-    ``count`` offsets before each partition's last stable offset (fewer records there when transaction
-    markers or aborted records take offsets). A topic that does not exist holds none; a read that does not
-    reach the ends within ``timeout`` is a ``TopicAdminError``."""
+    """Up to the last ``count`` committed records of ``topic``, newest first, read ``read_committed``.
+
+    Each partition is read from ``count`` offsets before its last stable offset; transaction markers and
+    aborted records take offsets too, so a partition that yields fewer is read again from twice as far back,
+    until it yields ``count`` or its log start is reached. A topic that does not exist holds none; a read
+    that does not reach the ends within ``timeout`` is a ``TopicAdminError``."""
+    deadline = time.monotonic() + timeout
     consumer = _offsets_consumer(bootstrap, client_config, isolation="read_committed", eof=True)
     try:
         described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if described is None or described.error is not None:
             return []
-        marks = watermark_offsets(consumer, topic, sorted(described.partitions), timeout)
-        starts = {partition: max(low, end - count) for partition, (low, end) in marks.items() if end > low}
-        found = _read_to_the_end(consumer, topic, starts, time.monotonic() + timeout)
+        marks = {partition: (low, end) for partition, (low, end) in
+                 watermark_offsets(consumer, topic, sorted(described.partitions), timeout).items() if end > low}
+        found: dict[int, list[StoredRecord]] = {}
+        span = count
+        while marks:
+            starts = {partition: max(low, end - span) for partition, (low, end) in marks.items()}
+            read = _read_to_the_end(consumer, topic, starts, deadline)
+            for partition in starts:
+                found[partition] = [record for record in read if record.partition == partition]
+            marks = {partition: marks[partition] for partition, start in starts.items()
+                     if len(found[partition]) < count and start > marks[partition][0]}
+            span *= 2
     finally:
         consumer.close()
-    found.sort(key=lambda record: (record.timestamp_ms or 0, record.partition, record.offset), reverse=True)
-    return found[:count]
+    newest = sorted((record for records in found.values() for record in records),
+                    key=lambda record: (record.timestamp_ms or 0, record.partition, record.offset), reverse=True)
+    return newest[:count]
 
 
 def _read_to_the_end(consumer: Consumer, topic: str, starts: Mapping[int, int], deadline: float) -> list[StoredRecord]:
