@@ -40,6 +40,8 @@ PARTITIONS = 2
 GOOD, BAD = 40, 6
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
 SECRET = "hunter2-do-not-show"
+MARKUP = b'<img src=x onerror="document.title=1">'
+"""A bad record whose bytes are markup: the page shows dead letters' values as text, never as HTML."""
 SCREENSHOTS = Path(os.environ.get("EPOCHLINE_SCREENSHOTS", "/tmp/epochline-screenshots"))
 
 
@@ -74,6 +76,13 @@ def status(worker: LocalWorker, name: str) -> dict[str, Any]:
         return answer
 
 
+def task_is(worker: LocalWorker, name: str, wanted: str) -> dict[str, Any] | None:
+    """The connector's one task when its state is ``wanted`` (the connector's state follows its target at
+    once; its task's, only once the task process stopped or started)."""
+    tasks = status(worker, name)["tasks"]
+    return tasks[0] if len(tasks) == 1 and tasks[0]["state"] == wanted and tasks[0] else None
+
+
 def state(worker: LocalWorker, name: str) -> str | None:
     try:
         return str(status(worker, name)["connector"]["state"])
@@ -85,8 +94,8 @@ def state(worker: LocalWorker, name: str) -> str | None:
 
 @pytest.fixture(scope="module")
 def deployment(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    """A worker running ``live`` (40 good records, 6 bad ones dead-lettered), ``idle`` (paused) and ``broken``
-    (FAILED: its transform raises and the worker gives up after one failure)."""
+    """A worker running ``live`` (40 good records, 6 bad ones dead-lettered, one of them markup), ``idle``
+    (paused) and ``broken`` (FAILED: its transform raises and the worker gives up after one failure)."""
     directory = tmp_path_factory.mktemp("status-page")
     prefix = f"ui-{uuid.uuid4().hex[:8]}"
     flag = directory / "fail-flag"
@@ -95,7 +104,8 @@ def deployment(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -
                           env={FAIL_FLAG_ENV: str(flag)})
     try:
         live = input_of(kafka_bootstrap, prefix, "live")
-        rows = [orjson.dumps({"id": i}) for i in range(GOOD)] + [b"{not json %d" % i for i in range(BAD)]
+        rows = [orjson.dumps({"id": i}) for i in range(GOOD)] + [b"{not json %d" % i for i in range(BAD - 1)]
+        rows.append(MARKUP)
         produce_values(kafka_bootstrap, live, rows, PARTITIONS)
         produce_values(kafka_bootstrap, input_of(kafka_bootstrap, prefix, "broken"), [b'{"id": 1}'], PARTITIONS)
         input_of(kafka_bootstrap, prefix, "idle")
@@ -166,6 +176,8 @@ def test_the_page_shows_a_running_a_paused_and_a_failed_connector_and_a_connecto
         reasons = details.locator(".dead-letters-panel tbody tr")
         expect(reasons).to_have_count(BAD)
         assert all("decode" in text for text in reasons.all_inner_texts())
+        expect(details.locator(".dead-letters-panel")).to_contain_text(MARKUP.decode())
+        assert details.locator(".dead-letters-panel img").count() == 0
         config = details.locator("pre.config").inner_text()
         assert "ssl.key.password" in config and "[redacted]" in config and SECRET not in page.content()
         # the history is sampled every 5 s: two samples draw a line of throughput and one of lag
@@ -186,20 +198,19 @@ def test_pause_resume_restart_and_delete_buttons_act_once_confirmed(deployment: 
         expect(row(page, "live").locator("td.state")).to_have_text("RUNNING")
 
         assert "Pause connector \"live\"" in click_confirmed(page, "live", "pause")
-        wait_for("live paused", lambda: state(worker, "live") == "PAUSED", 60)
-        expect(row(page, "live").locator("td.state")).to_have_text("PAUSED")
+        wait_for("live paused", lambda: state(worker, "live") == "PAUSED" and task_is(worker, "live", "PAUSED"), 60)
+        expect(row(page, "live").locator("span.task-state")).to_have_text("PAUSED")
         screenshot(page, deployment, "status-paused-by-button")
         click_confirmed(page, "live", "resume")
-        wait_for("live running", lambda: state(worker, "live") == "RUNNING", 60)
+        before = wait_for("live running", lambda: (task := task_is(worker, "live", "RUNNING")) and task["pid"], 60)
 
-        before = status(worker, "live")["tasks"][0]["pid"]
         click_confirmed(page, "live", "restart")
-        restarted = wait_for("live restarted", lambda: (task := status(worker, "live")["tasks"][0])["state"] ==
-                             "RUNNING" and task["pid"] not in (None, before) and task, 60)
+        restarted = wait_for("live restarted", lambda: (task := task_is(worker, "live", "RUNNING")) and
+                             task["pid"] not in (None, before) and task["pid"], 60)
         committed = len(read_dead_letters(bootstrap, deployment.dead_letter_topic("live")))
         assert committed == BAD
         assert status(worker, "live")["dead_letters"] == committed
-        os.kill(restarted["pid"], signal.SIGKILL)  # this worker gives up on a task after one failure
+        os.kill(restarted, signal.SIGKILL)  # this worker gives up on a task after one failure
         wait_for("live failed after its task was killed", lambda: state(worker, "live") == "FAILED", 60)
         assert status(worker, "live")["dead_letters"] == committed  # no process counts them now
         expect(row(page, "live").locator("td.dead-letters")).to_have_text(str(committed))
