@@ -15,6 +15,7 @@ Screenshots of the page go to the test's directory and to ``EPOCHLINE_SCREENSHOT
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import uuid
@@ -32,12 +33,14 @@ from engine.testing import LocalWorker
 from engine.testing.browser import browser_page
 from engine.worker.client import WorkerApiError
 from tests.helpers.accounting import read_dead_letters
-from tests.helpers.connector_process import produce_values
+from tests.helpers.connector_process import LiveInput, produce_values
 from tests.helpers.transforms import FAIL_FLAG_ENV
 from tests.helpers.worker_process import start_worker, wait_for
 
 PARTITIONS = 2
 GOOD, BAD = 40, 6
+STREAMED = 3_000
+"""Good records written while the details are open, so the throughput line has something to show."""
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
 SECRET = "hunter2-do-not-show"
 MARKUP = b'<img src=x onerror="document.title=1">'
@@ -162,6 +165,8 @@ def test_the_page_shows_a_running_a_paused_and_a_failed_connector_and_a_connecto
         expect(row(page, "broken")).to_contain_text("failing on purpose")
         screenshot(page, deployment, "status-running-paused-failed")
 
+        streaming = LiveInput(deployment.bootstrap, f"{deployment.prefix}-live-in",
+                              [orjson.dumps({"id": i}) for i in range(GOOD, GOOD + STREAMED)], PARTITIONS, seconds=15)
         row(page, "live").locator("button.toggle").click()
         details = page.locator('tr[data-details-of="live"]')
         lag_rows = details.locator(".partitions-panel tbody tr")
@@ -180,9 +185,11 @@ def test_the_page_shows_a_running_a_paused_and_a_failed_connector_and_a_connecto
         assert details.locator(".dead-letters-panel img").count() == 0
         config = details.locator("pre.config").inner_text()
         assert "ssl.key.password" in config and "[redacted]" in config and SECRET not in page.content()
-        # the history is sampled every 5 s: two samples draw a line of throughput and one of lag
+        # the history is sampled every 5 s: the records streaming in draw a line of throughput above zero
         expect(details.locator(".throughput svg polyline")).to_have_count(1, timeout=30_000)
+        expect(details.locator(".throughput .value")).to_contain_text(re.compile(r"max [1-9]"), timeout=30_000)
         expect(details.locator(".lag svg polyline")).to_have_count(1)
+        streaming.join()
         screenshot(page, deployment, "status-connector-details")
         fetched = "performance.getEntriesByType('resource').map(entry => entry.name)"
         assert [url for url in page.evaluate(fetched) if not url.startswith(worker.url)] == []  # nothing else
