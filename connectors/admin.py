@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -323,11 +323,13 @@ def matching_topics(bootstrap: str, prefix: str = "", suffix: str = "", timeout:
 
 
 def _offsets_consumer(bootstrap: str, client_config: ClientConfig | None, group: str = "epochline-end-offsets",
-                      isolation: Isolation = "read_uncommitted") -> Consumer:
+                      isolation: Isolation = "read_uncommitted", eof: bool = False) -> Consumer:
     """A consumer that only looks: never subscribes (so never joins ``group``), never commits. By default it
-    reads high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset."""
+    reads high watermarks (``read_uncommitted``), so an open transaction neither blocks nor hides an offset;
+    with ``eof`` it says when an assigned partition is read to its end."""
     return Consumer(kafka_client_config(bootstrap, {"group.id": group, "isolation.level": isolation,
-                                                    "enable.auto.commit": False, "log_level": _QUIET},
+                                                    "enable.partition.eof": eof, "enable.auto.commit": False,
+                                                    "log_level": _QUIET},
                                         client_config or {}))
 
 
@@ -341,6 +343,76 @@ def topic_watermarks(bootstrap: str, prefix: str = "", suffix: str = "", timeout
         return {topic: watermark_offsets(consumer, topic, partitions, timeout) for topic, partitions in topics.items()}
     finally:
         consumer.close()
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record as read back from a topic: where it is, when it was written, its bytes and headers."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def last_committed_records(bootstrap: str, topic: str, count: int, timeout: float = 10.0,
+                           client_config: ClientConfig | None = None) -> list[StoredRecord]:
+    """Up to the last ``count`` committed records of ``topic``, newest first, read ``read_committed``.
+
+    Each partition is read from ``count`` offsets before its last stable offset; transaction markers and
+    aborted records take offsets too, so a partition that yields fewer is read again from twice as far back,
+    until it yields ``count`` or its log start is reached. A topic that does not exist holds none; a read
+    that does not reach the ends within ``timeout`` is a ``TopicAdminError``."""
+    deadline = time.monotonic() + timeout
+    consumer = _offsets_consumer(bootstrap, client_config, isolation="read_committed", eof=True)
+    try:
+        described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if described is None or described.error is not None:
+            return []
+        marks = {partition: (low, end) for partition, (low, end) in
+                 watermark_offsets(consumer, topic, sorted(described.partitions), timeout).items() if end > low}
+        found: dict[int, list[StoredRecord]] = {}
+        span = count
+        while marks:
+            starts = {partition: max(low, end - span) for partition, (low, end) in marks.items()}
+            read = _read_to_the_end(consumer, topic, starts, deadline)
+            for partition in starts:
+                found[partition] = [record for record in read if record.partition == partition]
+            marks = {partition: marks[partition] for partition, start in starts.items()
+                     if len(found[partition]) < count and start > marks[partition][0]}
+            span *= 2
+    finally:
+        consumer.close()
+    newest = sorted((record for records in found.values() for record in records),
+                    key=lambda record: (record.timestamp_ms or 0, record.partition, record.offset), reverse=True)
+    return newest[:count]
+
+
+def _read_to_the_end(consumer: Consumer, topic: str, starts: Mapping[int, int], deadline: float) -> list[StoredRecord]:
+    """Every record from ``starts`` until each partition reports its end (``enable.partition.eof``)."""
+    if not starts:
+        return []
+    consumer.assign([TopicPartition(topic, partition, offset) for partition, offset in starts.items()])
+    reading, found = set(starts), []
+    while reading:
+        if time.monotonic() > deadline:
+            raise TopicAdminError(f"topic {topic!r}: partitions {sorted(reading)} not read to their end in time")
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        error = message.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            reading.discard(message.partition())
+        elif error is not None:
+            raise TopicAdminError(f"topic {topic!r}: cannot read partition {message.partition()}: {error}")
+        else:
+            kind, timestamp = message.timestamp()
+            headers = cast(list[tuple[str, bytes | None]], message.headers() or [])  # a list, as consumed
+            found.append(StoredRecord(cast(int, message.partition()), cast(int, message.offset()),
+                                      timestamp if kind else None, message.key(), message.value(), headers))
+    return found
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,12 @@ record is accounted for exactly once. With ``on_error="halt"`` the source raises
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 HEADER_PREFIX = "epochline."
+HEADER_FIELDS = ("stage", "reason", "topic", "partition", "offset")
+"""The headers a dead letter carries, each ``epochline.<field>``, in this order."""
 
 
 @dataclass(frozen=True)
@@ -25,16 +28,19 @@ class DeadLetter:
 
     def headers(self) -> list[tuple[str, str | bytes | None]]:
         """Where the record came from and why it failed, as Kafka headers for the dead-letter topic."""
-        return [
-            (HEADER_PREFIX + "stage", self.stage.encode()),
-            (HEADER_PREFIX + "reason", self.reason.encode()),
-            (HEADER_PREFIX + "topic", self.topic.encode()),
-            (HEADER_PREFIX + "partition", str(self.partition).encode()),
-            (HEADER_PREFIX + "offset", str(self.offset).encode()),
-        ]
+        values = {"stage": self.stage, "reason": self.reason, "topic": self.topic,
+                  "partition": str(self.partition), "offset": str(self.offset)}
+        return [(HEADER_PREFIX + name, values[name].encode()) for name in HEADER_FIELDS]
 
     def describe(self) -> str:
         return f"topic {self.topic!r} partition {self.partition} offset {self.offset}: {self.stage}: {self.reason}"
+
+
+def described(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, str]:
+    """The ``epochline.*`` headers of a dead-letter record, by field (``HEADER_FIELDS``); bytes that are not
+    UTF-8 are replaced, not refused, as the record is shown to a person."""
+    return {name[len(HEADER_PREFIX):]: (value or b"").decode(errors="replace") for name, value in headers
+            if name.startswith(HEADER_PREFIX) and name[len(HEADER_PREFIX):] in HEADER_FIELDS}
 
 
 class PoisonRecord(Exception):

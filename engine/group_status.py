@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from connectors.admin import (
     ClientConfig,
@@ -30,6 +31,7 @@ from connectors.admin import (
 )
 from connectors.offset_metadata import (
     COMMITTED_AT_FIELD,
+    DEAD_LETTERS_FIELD,
     EVENT_TIME_FIELD,
     INSTANCE_FIELD,
     MalformedOffsetMetadata,
@@ -78,6 +80,8 @@ class PartitionStatus:
     """Wall-clock time of the commit, epoch milliseconds (commits by older versions lack it)."""
     metadata: str | None
     held_by: str | None
+    dead_letters: int | None = None
+    """Its records dead-lettered in all committed epochs (commits by older versions lack it)."""
 
 
 @dataclass(frozen=True)
@@ -136,22 +140,34 @@ def partition_status(topic: str, role: str, offsets: GroupPartitionOffsets,
                      held: dict[tuple[str, int], str]) -> PartitionStatus:
     """Lag counts offsets up to the high watermark, transaction markers included: an input written in
     transactions (the repartition topic) shows a lag of one marker even when fully processed."""
-    checkpoint, instance, event_time, committed_at = epoch_fields(offsets.metadata)
+    epoch = epoch_fields(offsets.metadata)
     lag = offsets.high - offsets.committed if offsets.committed is not None else None
-    return PartitionStatus(topic, role, offsets.partition, offsets.committed, offsets.high, lag, checkpoint,
-                           instance, event_time, committed_at, offsets.metadata, held.get((topic, offsets.partition)))
+    return PartitionStatus(topic, role, offsets.partition, offsets.committed, offsets.high, lag, epoch.checkpoint,
+                           epoch.instance, epoch.event_time, epoch.committed_at, offsets.metadata,
+                           held.get((topic, offsets.partition)), epoch.dead_letters)
 
 
-def epoch_fields(metadata: str | None) -> tuple[int | None, str | None, int | None, int | None]:
-    """Checkpoint id, committing instance, event time and commit time of a commit; fields older commits lack,
-    or metadata that is not epochline's or cannot be read, are None (the raw string is shown next to them)."""
+class EpochFields(NamedTuple):
+    """What a commit's metadata says, each field None when the commit lacks it."""
+
+    checkpoint: int | None = None
+    instance: str | None = None
+    event_time: int | None = None
+    committed_at: int | None = None
+    dead_letters: int | None = None
+
+
+def epoch_fields(metadata: str | None) -> EpochFields:
+    """Checkpoint id, committing instance, event time, commit time and dead-letter count of a commit; fields
+    older commits lack, or metadata that is not epochline's or cannot be read, are None (the raw string is
+    shown next to them)."""
     try:
         checkpoint = checkpoint_id_from_metadata(metadata)
         fields = decode(metadata) or {}
     except MalformedOffsetMetadata:
-        return None, None, None, None
-    return checkpoint, fields.get(INSTANCE_FIELD), _number(fields.get(EVENT_TIME_FIELD)), \
-        _number(fields.get(COMMITTED_AT_FIELD))
+        return EpochFields()
+    return EpochFields(checkpoint, fields.get(INSTANCE_FIELD), _number(fields.get(EVENT_TIME_FIELD)),
+                       _number(fields.get(COMMITTED_AT_FIELD)), _number(fields.get(DEAD_LETTERS_FIELD)))
 
 
 def _number(text: str | None) -> int | None:

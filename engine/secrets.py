@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 _REFERENCE = re.compile(r"\$\{(env|file):([^}]*)\}")
-SECRET_KEY_WORDS = ("password", "secret", "token", "credential", "private.key", "key.pem", "oauthbearer.config")
+SECRET_KEY_WORDS = ("password", "secret", "token", "credential", "private.key", "key.pem", "keystore.key",
+                    "oauthbearer.config", "jaas.config", "user.info")
+"""Words that make a key secret-looking: passwords, SASL (``sasl.jaas.config``) and OAuth settings, key
+material (``ssl.keystore.key``, PEM keys) and a registry's ``basic.auth.user.info`` (``user:password``)."""
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 REDACTED = "[redacted]"
 

@@ -25,7 +25,8 @@ The steps of one epoch N, and the function that does each:
    event time in its metadata.
 5. **Commit point**: ``TransactionalKafkaSink.commit_epoch``: ``flush``, ``send_offsets_to_transaction``
    per source with the consumer's group metadata read now (a member whose partitions moved is refused) and
-   ``epochline:checkpoint=N;instance=I;event_time=T`` (``connectors.offset_metadata``),
+   ``epochline:checkpoint=N;instance=I;event_time=T;at=MS;dead_letters=D`` (``connectors.offset_metadata``;
+   ``D`` counts the partition's dead letters of every committed epoch, this one's included),
    ``commit_transaction``. When it returns, epoch N exists; nothing before counts.
 6. **Abandon**: ``StreamingCoordinator._rewind`` → ``KafkaPipeline.abandon_checkpoint_attempt``: abort the
    transaction, give every owned partition back its committed keyed state (changelog) and event time, rewind

@@ -159,6 +159,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._pending_dead_letters: list[DeadLetter] = []
         self._epoch = EpochCounts()
         self.totals = totals or RunTotals()
+        self._committed_dead_letters: dict[str, dict[int, int]] = {}
+        """Per source and partition, its records dead-lettered in all committed epochs (offset metadata)."""
         self._faults_since_commit = 0
         self._cycle_bytes_in = 0
         self._cycle_observer = cycle_observer
@@ -261,6 +263,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         if epoch.event_time is not None:
             self._committed_event_times.setdefault(source, {})[partition] = epoch.event_time
             self._sources[source].watermarks.observe(partition, epoch.event_time)
+        if epoch.dead_letters is not None:
+            self._committed_dead_letters.setdefault(source, {})[partition] = epoch.dead_letters
         self._committed_id = max(self._committed_id or 0, epoch.checkpoint_id)
 
     def revoked(self, source: str, partitions: list[int]) -> None:
@@ -280,6 +284,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         for partition in partitions:
             self._committed_cuts.get(source, {}).pop(partition, None)
             self._committed_event_times.get(source, {}).pop(partition, None)
+            self._committed_dead_letters.get(source, {}).pop(partition, None)
         if source == self._keyed_source:
             for state in self._keyed_states().values():
                 for partition in partitions:
@@ -476,8 +481,9 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                 "source": source.name, "positions": dict(source.position().offsets), "ends": self._repartition_ends})
 
     def _write_dead_letters(self) -> None:
+        """The pending dead letters into the open epoch's transaction, counted for its commit."""
         letters, self._pending_dead_letters = self._pending_dead_letters, []
-        self._epoch.dead_lettered += len(letters)
+        self._epoch.count_dead_letters(letters)
         self.sink.write_dead_letters(letters)
 
     def write_to_sinks(self, results: pa.Table | None) -> None:
@@ -514,13 +520,14 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         except EpochAborted as error:
             raise CheckpointAbandoned(f"checkpoint {checkpoint_id}: {error}") from error
         self._committed_id = checkpoint_id
-        self.totals.add_committed(self._epoch)
-        self._epoch = EpochCounts()
         for name, cut in source_checkpoints.items():
             self._committed_cuts.setdefault(name, {}).update(cut.offsets)
+            self._committed_dead_letters.setdefault(name, {}).update(self._dead_letter_totals(name, cut))
             tracker = self._sources[name].watermarks
             self._committed_event_times[name] = tracker.max_event_times()
             self._committed_watermarks[name] = tracker.current()
+        self.totals.add_committed(self._epoch)
+        self._epoch = EpochCounts()
         self._faults_since_commit = 0
         self._repartition_pending = False
         self.metrics.checkpoint(duration_s=time.monotonic() - started, size_bytes=state_bytes)
@@ -540,12 +547,21 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         return size
 
     def _tagged(self, source: str, cut: SourceCheckpoint, checkpoint_id: int) -> list[TopicPartition]:
-        """The cut's offsets, each naming the epoch and carrying its partition's largest event time."""
+        """The cut's offsets, each naming the epoch and carrying its partition's largest event time and its
+        dead letters so far, this epoch's included (``connectors.offset_metadata.checkpoint_metadata``)."""
         tracker = self._sources[source].watermarks
         now_ms = time.time_ns() // 1_000_000
+        dead_letters = self._dead_letter_totals(source, cut)
         return [TopicPartition(cut.topic, partition, offset, metadata=checkpoint_metadata(
-                    checkpoint_id, self.instance.name, tracker.max_event_time(partition), now_ms))
+                    checkpoint_id, self.instance.name, tracker.max_event_time(partition), now_ms,
+                    dead_letters[partition]))
                 for partition, offset in cut.offsets.items()]
+
+    def _dead_letter_totals(self, source: str, cut: SourceCheckpoint) -> dict[int, int]:
+        """Per partition of the cut: its dead letters in committed epochs plus those of the open epoch."""
+        committed = self._committed_dead_letters.get(source, {})
+        return {partition: committed.get(partition, 0) + self._epoch.dead_letters[(cut.topic, partition)]
+                for partition in cut.offsets}
 
     def abandon_checkpoint_attempt(self, attempt: CheckpointAttempt | None,
                                    reason: str) -> Mapping[str, SourceCheckpoint]:

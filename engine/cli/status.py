@@ -56,10 +56,11 @@ def _members_table(members: list[MemberStatus]) -> Table:
 
 def _partitions_table(partitions: list[PartitionStatus]) -> Table:
     table = Table("topic", "partition", "committed", "end", "lag", "checkpoint", "committed by", "held by",
-                  title="input partitions")
+                  "dead letters", title="input partitions")
     for row in partitions:
         table.add_row(row.topic, str(row.partition), _optional(row.committed), str(row.end), _optional(row.lag),
-                      _optional(row.checkpoint), _optional(row.instance), _optional(row.held_by))
+                      _optional(row.checkpoint), _optional(row.instance), _optional(row.held_by),
+                      _optional(row.dead_letters))
     return table
 
 

@@ -13,7 +13,8 @@ imports this package; the CLI loads its parts only for ``epochline broker`` and 
 - ``driver``: ``TransformTestDriver``, a connector's transform tested without Kafka, in milliseconds;
 - ``faults``: crash the process at a named moment of the protocol;
 - ``pytest_plugin``: the ``kafka_bootstrap`` fixture (entry point ``pytest11``);
-- ``browser``: a page rendered by headless Chromium (Debian's), for the worker's status page;
+- ``browser``: a page rendered by headless Chromium (Debian's), or driven in it by Playwright (clicks, dialogs,
+  screenshots), for the worker's status page;
 - ``worker``: in-memory stand-ins for the worker cluster's topics and Kafka calls, for the API's specifications;
 - ``local_worker``: ``epochline worker`` as a real process on a test's broker, to deploy connectors to over REST.
 

@@ -7,7 +7,10 @@ right URLs, sends the token and renders the answers, so the page is tested in De
 (installed by ``.ci/chromium.sh``).
 
 - ``render_page(url)``: the DOM after the page's scripts ran (``chromium --headless --dump-dom``);
-- ``visible_text(dom)``: that DOM's text with tags, scripts, styles and ``hidden`` elements left out.
+- ``visible_text(dom)``: that DOM's text with tags, scripts, styles and ``hidden`` elements left out;
+- ``browser_page()``: a page to click in, answer dialogs in and screenshot (Playwright driving the same
+  chromium binary: ``--dump-dom`` cannot click). Playwright is a ``dev`` dependency; its own browser
+  downloads are never used (``playwright install`` is not needed).
 
 ``--virtual-time-budget`` makes the wait deterministic: chromium runs the page on a virtual clock that only
 advances while no network fetch is pending, and dumps the DOM once ``wait_ms`` of virtual time has passed,
@@ -27,8 +30,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome")
 INSTALL_HINT = "install it with `apt-get install chromium` (or run .ci/chromium.sh)"
@@ -99,6 +107,24 @@ def render_page(url: str, *, timeout_s: float = 30.0, wait_ms: int = 4000) -> st
         raise BrowserFailed(f"{binary} exited with {returncode} rendering {url} and dumped "
                             f"{len(dom)} characters of DOM; its stderr ends:\n{tail}")
     return dom
+
+
+@contextlib.contextmanager
+def browser_page(*, timeout_s: float = 20.0, width: int = 1400, height: int = 900) -> Iterator[Page]:
+    """A fresh page of headless chromium (``find_browser``'s binary) driven by Playwright; every wait and
+    action on it gives up after ``timeout_s``. The browser is closed on leaving, whatever happened."""
+    from playwright.sync_api import sync_playwright  # a dev dependency: only the tests that click need it
+
+    binary = find_browser()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=binary, args=["--no-sandbox", "--disable-gpu",
+                                                                           "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(timeout_s * 1000)
+            yield page
+        finally:
+            browser.close()
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

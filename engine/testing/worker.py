@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from connectors.admin import GroupNotEmpty
+from connectors.admin import GroupNotEmpty, StoredRecord
 from engine.worker.api import GroupSource, WorkerContext
 from engine.worker.guard import RequestGuard
 from engine.worker.kafka_ops import ConnectorKafka
@@ -100,7 +100,7 @@ class FakeConnectorKafka:
     """``ConnectorKafka`` that changes nothing: each call is appended to its list (the record as the API
     passed it). ``group_not_empty`` makes every call raise ``GroupNotEmpty`` as the broker does while
     instances still run; ``had_offsets`` is what ``reset_offsets`` answers; ``changelogs`` what
-    ``reset_state`` says it deleted."""
+    ``reset_state`` says it deleted; ``records`` what each topic holds, oldest first, for ``last_records``."""
 
     group_not_empty: bool = False
     had_offsets: bool = True
@@ -108,6 +108,7 @@ class FakeConnectorKafka:
     altered: list[tuple[ConnectorRecord, list[tuple[str, int, int]]]] = field(default_factory=list)
     offset_resets: list[ConnectorRecord] = field(default_factory=list)
     state_resets: list[ConnectorRecord] = field(default_factory=list)
+    records: dict[str, list[StoredRecord]] = field(default_factory=dict)
 
     def alter_offsets(self, record: ConnectorRecord, offsets: list[tuple[str, int, int]]) -> None:
         self._refuse_when_not_empty(record)
@@ -122,6 +123,9 @@ class FakeConnectorKafka:
         self._refuse_when_not_empty(record)
         self.state_resets.append(record)
         return list(self.changelogs)
+
+    def last_records(self, topic: str, count: int) -> list[StoredRecord]:
+        return list(reversed(self.records.get(topic, [])))[:count]
 
     def _refuse_when_not_empty(self, record: ConnectorRecord) -> None:
         if self.group_not_empty:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from typing import Annotated, Any, Protocol, TypeVar
 
@@ -25,13 +25,15 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from connectors.admin import GroupNotEmpty, TopicAdminError
+from connectors.admin import GroupNotEmpty, StoredRecord, TopicAdminError
+from connectors.dead_letter import described
 from engine.bounded_yaml import MAX_YAML_BYTES, read_yaml
 from engine.config import ConfigError
 from engine.names import InvalidName, check_name
 from engine.secrets import SecretReferenceError, redacted_tree
 from engine.worker.errors import RecordTooLarge, StoreError
 from engine.worker.guard import LOOPBACK, YAML_TYPES, RequestGuard, media_type
+from engine.worker.history import ConnectorHistory
 from engine.worker.kafka_ops import ConnectorKafka
 from engine.worker.records import ConnectorRecord, TargetState
 from engine.worker.store import ClusterStore
@@ -39,6 +41,10 @@ from engine.worker.task_config import field_problems, keyed_state_change, with_n
 from engine.worker.view import GroupView, connector_view, health_problem, live_tasks
 
 MAX_BODY_BYTES = MAX_YAML_BYTES
+MAX_DEAD_LETTERS = 100
+"""The most dead letters ``GET /connectors/{name}/dead-letters`` reads at once (``?limit=``, default 20)."""
+PREVIEW_CHARS = 300
+"""How much of a dead letter's key and value the API shows (as text): enough to recognise the record."""
 VERSION = "0.1.0"
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -64,6 +70,8 @@ class WorkerContext:
     """False when this worker's supervisor has stopped (its tasks with it): the worker is then unhealthy."""
     guard: RequestGuard = LOOPBACK
     """Which hosts the API answers to (``engine.worker.guard``)."""
+    history: ConnectorHistory = field(default_factory=ConnectorHistory)
+    """The connectors' recent throughput and lag, sampled by the worker (``engine.worker.history``)."""
 
 
 class ApiError(Exception):
@@ -168,6 +176,14 @@ def create_app(context: WorkerContext) -> FastAPI:
     def offsets(name: str) -> dict[str, Any]:
         return api.offsets(api.record(name))
 
+    @app.get("/connectors/{name}/history")
+    def history(name: str) -> dict[str, Any]:
+        return context.history.series(api.record(name).name)
+
+    @app.get("/connectors/{name}/dead-letters")
+    def dead_letters(name: str, limit: Annotated[int, Query(ge=1, le=MAX_DEAD_LETTERS)] = 20) -> dict[str, Any]:
+        return api.dead_letters(api.record(name), limit)
+
     @app.patch("/connectors/{name}/offsets")
     async def alter_offsets(name: str, request: Request) -> dict[str, Any]:
         body = await _body(request)
@@ -259,8 +275,8 @@ def _parsed(raw: bytes, is_yaml: bool) -> Any:
 def validation_report(config: dict[str, Any]) -> dict[str, Any]:
     """Connect's validate answer: per field, the errors ``epochline validate`` finds offline."""
     by_field: dict[str, list[str]] = {}
-    for field, message in field_problems({"name": "connector", **config}):
-        by_field.setdefault(field, []).append(message)
+    for name, message in field_problems({"name": "connector", **config}):
+        by_field.setdefault(name, []).append(message)
     return {"name": "connector", "error_count": sum(len(errors) for errors in by_field.values()),
             "configs": [{"value": {"name": field, "errors": errors}} for field, errors in by_field.items()]}
 
@@ -344,6 +360,14 @@ class _Api:
                              "offset": {"kafka_offset": p.committed}}
                             for p in group.status.partitions if p.role == "source" and p.committed is not None]}
 
+    def dead_letters(self, record: ConnectorRecord, limit: int) -> dict[str, Any]:
+        """The connector's last ``limit`` committed dead letters, newest first, each with why it failed."""
+        topic = (record.config.get("dead_letter") or {}).get("topic")
+        if not topic:
+            return {"topic": None, "dead_letters": []}
+        found = self._on_kafka(lambda: self._context.kafka.last_records(topic, limit))
+        return {"topic": topic, "dead_letters": [_dead_letter_view(stored) for stored in found]}
+
     def alter_offsets(self, name: str, body: Any) -> dict[str, Any]:
         record = self._stopped(name, "its offsets can only be changed while it is STOPPED")
         self._without_keyed_state(record, "moving its offsets")
@@ -414,6 +438,23 @@ class _Api:
             raise ApiError(503, str(error)) from None
         except SecretReferenceError as error:
             raise ApiError(503, f"this worker cannot resolve the connector's Kafka settings: {error}") from None
+
+
+def _dead_letter_view(stored: StoredRecord) -> dict[str, Any]:
+    headers = described(stored.headers)
+    return {"partition": stored.partition, "offset": stored.offset, "timestamp_ms": stored.timestamp_ms,
+            "stage": headers.get("stage"), "reason": headers.get("reason"),
+            "source": {"topic": headers.get("topic"), "partition": headers.get("partition"),
+                       "offset": headers.get("offset")},
+            "key": _preview(stored.key), "value": _preview(stored.value)}
+
+
+def _preview(data: bytes | None) -> str | None:
+    """Bytes as text a person can read (undecodable bytes replaced), cut at ``PREVIEW_CHARS``."""
+    if data is None:
+        return None
+    text = data.decode(errors="replace")
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
 
 
 def _offsets_body(body: Any) -> list[tuple[str, int, int]]:

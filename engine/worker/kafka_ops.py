@@ -1,6 +1,7 @@
-"""What the API does to Kafka beyond the cluster's topics: a connector's committed offsets and keyed state.
+"""What the API does to Kafka beyond the cluster's topics: a connector's committed offsets and keyed state,
+and the last records of its dead-letter topic.
 
-Both only while no instance of the connector runs (the broker refuses offset changes for a group with
+Offsets and state only while no instance of the connector runs (the broker refuses offset changes for a group with
 members; changelog topics are only deleted when the group is empty), so what is changed is exactly what the
 connector will resume from: offsets as committed here, keyed state empty.
 """
@@ -15,10 +16,12 @@ from connectors.admin import (
     ClientConfig,
     GroupMissing,
     GroupNotEmpty,
+    StoredRecord,
     alter_group_offsets,
     delete_group,
     delete_topics,
     describe_group,
+    last_committed_records,
     matching_topics,
 )
 from engine.group_status import OPERATOR_NAME
@@ -34,6 +37,7 @@ class ConnectorKafka(Protocol):
     def alter_offsets(self, record: ConnectorRecord, offsets: list[tuple[str, int, int]]) -> None: ...
     def reset_offsets(self, record: ConnectorRecord) -> bool: ...
     def reset_state(self, record: ConnectorRecord) -> list[str]: ...
+    def last_records(self, topic: str, count: int) -> list[StoredRecord]: ...
 
 
 class KafkaConnectorOps:
@@ -52,6 +56,10 @@ class KafkaConnectorOps:
     def reset_offsets(self, record: ConnectorRecord) -> bool:
         with loaded(record.config) as config:
             return delete_group(self._bootstrap, config.group_id, TIMEOUT_S, self._client)
+
+    def last_records(self, topic: str, count: int) -> list[StoredRecord]:
+        """The last ``count`` committed records of ``topic`` (a dead-letter topic), newest first."""
+        return last_committed_records(self._bootstrap, topic, count, TIMEOUT_S, self._client)
 
     def reset_state(self, record: ConnectorRecord) -> list[str]:
         """Delete the connector's changelog topics (its keyed state); the next run creates them empty."""

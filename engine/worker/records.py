@@ -75,7 +75,6 @@ class TaskStatus:
     version: int = 0
     error: TaskError | None = None
     trace: str | None = None
-    dead_letters: int | None = None
     updated_at: float = field(default_factory=time.time)
 
     @property
@@ -94,7 +93,13 @@ class TaskStatus:
         if not isinstance(fields, dict):
             raise ValueError(f"a task status must be a JSON object, not {type(fields).__name__}")
         error = fields.pop("error", None)
-        return cls(**fields, error=TaskError(**error) if error else None)
+        known = {name: value for name, value in fields.items() if name in _TASK_STATUS_FIELDS}
+        return cls(**known, error=TaskError(**error) if error else None)
+
+
+_TASK_STATUS_FIELDS = frozenset(TaskStatus.__dataclass_fields__) - {"error"}
+"""What ``TaskStatus.decode`` reads: a status written by another version of the worker (one that had a field
+this one dropped, such as its process's own dead-letter count) still decodes, by the fields both know."""
 
 
 def status_key(connector: str, worker_id: str) -> bytes:

@@ -113,7 +113,6 @@ class Task:
         self.restarts = 0
         self.error: TaskError | None = None
         self.trace: str | None = None
-        self.dead_letters: int | None = None
         self._failures: deque[float] = deque()
         self._backoff_until = 0.0
         self._seen_restart = record.restart
@@ -149,7 +148,7 @@ class Task:
     def status(self) -> TaskStatus:
         return TaskStatus(connector=self.name, worker_id=self._settings.worker_id, state=self.state, pid=self.pid,
                           restarts=self.restarts, version=self.child.version if self.child else 0,
-                          error=self.error, trace=self.trace, dead_letters=self.dead_letters)
+                          error=self.error, trace=self.trace)
 
     @property
     def stopped(self) -> bool:
@@ -164,15 +163,6 @@ class Task:
         """Remove everything the task kept on disk: its config (which may hold literal secrets), schema files,
         state and log. Called once the connector is deleted and the task has stopped."""
         remove_task_files(self._directory)
-
-    def scrape_dead_letters(self) -> None:
-        """The child's own count of records sent to the dead-letter topic, from its metrics endpoint."""
-        if self.child is None or self.state != "RUNNING":
-            return
-        found = scrape(self.child.metrics_port, timeout_s=1.0)
-        if found is not None:
-            self.dead_letters = int(sum(sample.value for family in found for sample in family.samples
-                                        if sample.name == "epochline_dead_letters_total"))
 
     def _reset(self, now: float) -> None:
         """A restart request or a new config: failures are forgotten, a running child is stopped first."""
@@ -409,8 +399,6 @@ class Supervisor:
         for task in tasks:
             if self._stop.is_set():
                 return
-            if heartbeat:
-                task.scrape_dead_letters()
             status = task.status()
             published = self._published.get(task.name)
             if heartbeat or published is None or _changed(published, status):

@@ -118,6 +118,16 @@ def _lag(partitions: list[PartitionStatus]) -> int | None:
     return sum(known) if known else None
 
 
+def _dead_letters(group: GroupView | None, instance: str | None = None) -> int | None:
+    """Dead letters of committed epochs (of those ``instance`` committed last, if given), summed over every
+    input (source and repartition) from the commits' metadata (``connectors.offset_metadata``): the same after
+    a task restarts, and equal to what the dead-letter topic holds read_committed."""
+    inputs = group.status.partitions if group is not None else []
+    known = [p.dead_letters for p in inputs
+             if p.dead_letters is not None and (instance is None or p.instance == instance)]
+    return sum(known) if known else None
+
+
 def _checkpoint(partitions: list[PartitionStatus]) -> int | None:
     ids = [p.checkpoint for p in partitions if p.checkpoint is not None]
     return max(ids) if ids else None
@@ -130,21 +140,29 @@ def task_view(task: TaskStatus, group: GroupView | None, now: float) -> dict[str
     return {"id": task.worker_id, "worker_id": task.worker_id, "state": task.state, "pid": task.pid,
             "partitions": [partition for member in members for partition in member.partitions],
             "restarts": task.restarts, "checkpoint": _checkpoint(committed),
-            "last_commit_age_s": _commit_age(committed, now), "lag": _lag(held), "dead_letters": task.dead_letters,
+            "last_commit_age_s": _commit_age(committed, now), "lag": _lag(held),
+            "dead_letters": _dead_letters(group, task.worker_id),
             "error": asdict(task.error) if task.error is not None else None, "trace": task.trace}
+
+
+def partition_view(partition: PartitionStatus) -> dict[str, Any]:
+    """One input partition as the status page's lag table shows it."""
+    return {"topic": partition.topic, "role": partition.role, "partition": partition.partition,
+            "committed": partition.committed, "end": partition.end, "lag": partition.lag,
+            "held_by": partition.held_by, "dead_letters": partition.dead_letters}
 
 
 def connector_view(record: ConnectorRecord, statuses: list[TaskStatus], group: GroupView | None) -> dict[str, Any]:
     now = time.time()
     tasks = live_tasks(record.name, statuses, now)
     sources = _source_partitions(group)
-    counted = [task.dead_letters for task in tasks if task.dead_letters is not None]
     return {"name": record.name,
             "connector": {"state": connector_state(record, tasks), "target": record.target,
                           "worker_id": tasks[0].worker_id if tasks else None},
             "tasks": [task_view(task, group, now) for task in tasks],
             "lag": _lag(sources), "checkpoint": _checkpoint(sources), "last_commit_age_s": _commit_age(sources, now),
-            "dead_letters": sum(counted) if counted else None, "type": "source"}
+            "dead_letters": _dead_letters(group), "type": "source",
+            "partitions": [partition_view(p) for p in group.status.partitions] if group is not None else []}
 
 
 def health_problem(record: ConnectorRecord, view: dict[str, Any], group: GroupView | None) -> str | None:

@@ -30,6 +30,7 @@ from engine.state import StateDirLock
 from engine.worker.api import WorkerContext, create_app
 from engine.worker.errors import WorkerConfigError
 from engine.worker.guard import RequestGuard
+from engine.worker.history import ConnectorHistory
 from engine.worker.kafka_ops import KafkaConnectorOps
 from engine.worker.metrics import WorkerCollector, render
 from engine.worker.store import KafkaClusterStore
@@ -122,20 +123,25 @@ def _serve(options: WorkerOptions, worker_id: str) -> None:
                                      "state_dir": options.state_dir.absolute()})
     supervisor = Supervisor(store, settings)
     collector = WorkerCollector(worker_id, supervisor.metrics_ports, supervisor.task_states)
-    context = WorkerContext(store=store, groups=GroupReader(options.bootstrap, client),
+    groups = GroupReader(options.bootstrap, client)
+    history, sampling = ConnectorHistory(), threading.Event()
+    context = WorkerContext(store=store, groups=groups,
                             kafka=KafkaConnectorOps(options.bootstrap, client), worker_id=worker_id,
                             cluster=options.cluster,
                             kafka_cluster_id=cluster_id(options.bootstrap, client, options.connect_timeout_s),
                             token=options.token, metrics=render(collector), supervising=lambda: supervisor.alive,
-                            guard=RequestGuard.serving(options.host, options.allowed_hosts))
+                            guard=RequestGuard.serving(options.host, options.allowed_hosts), history=history)
     server = uvicorn.Server(uvicorn.Config(create_app(context), host=options.host, port=options.port,
                                            log_config=None, access_log=False, lifespan="off"))
     _exit_on_signals(server)
     threading.Thread(target=_start_once_serving, args=(server, supervisor, options, worker_id), daemon=True,
                      name="start-tasks").start()
+    threading.Thread(target=history.run, args=(lambda: store.connectors().values(), groups.read, sampling),
+                     daemon=True, name="history").start()
     try:
         server.run()
     finally:
+        sampling.set()
         log.info("worker stopping: stopping its tasks", extra={"worker": worker_id})
         supervisor.stop()
         store.close()

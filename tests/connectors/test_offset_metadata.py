@@ -6,9 +6,11 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from connectors.offset_metadata import (
+    CommittedEpoch,
     MalformedOffsetMetadata,
     checkpoint_id_from_metadata,
     checkpoint_metadata,
+    committed_epoch,
     decode,
     encode,
     tagged,
@@ -18,6 +20,20 @@ from connectors.offset_metadata import (
 def test_a_checkpoint_id_round_trips_through_its_metadata_string() -> None:
     assert checkpoint_metadata(42) == "epochline:checkpoint=42"
     assert checkpoint_id_from_metadata(checkpoint_metadata(42)) == 42
+
+
+def test_a_streaming_commit_carries_its_cumulative_dead_letter_count() -> None:
+    """The count of a partition's dead letters in all committed epochs travels with its offset, so whoever
+    reads the group, or owns the partition next, knows it without asking the process that counted."""
+    metadata = checkpoint_metadata(9, "i1", 1_700, 1_800, dead_letters=4)
+    assert metadata == "epochline:checkpoint=9;instance=i1;event_time=1700;at=1800;dead_letters=4"
+    assert committed_epoch(metadata) == CommittedEpoch(9, "i1", 1_700, 4)
+    assert committed_epoch(checkpoint_metadata(9)) == CommittedEpoch(9)  # a commit by an older version
+
+
+def test_a_dead_letter_count_that_is_not_a_number_is_an_error_that_quotes_it() -> None:
+    with pytest.raises(MalformedOffsetMetadata, match="dead_letters=-2"):
+        committed_epoch("epochline:checkpoint=3;dead_letters=-2")
 
 
 @pytest.mark.parametrize("metadata", [None, "", "someone-else's", "epochline:batch=b;item=p0000:01;run=r"])

@@ -9,7 +9,8 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.admin import create_topic, end_offsets
+from connectors.admin import create_topic, end_offsets, group_offsets
+from connectors.offset_metadata import committed_epoch
 from connectors.source import KafkaSource, PartitionListener, SourceSettings
 from engine.checkpoint import (
     ConnectorFailed,
@@ -23,7 +24,7 @@ from engine.config import ConnectorConfig, load_config
 from engine.metrics import Metrics
 from engine.testing import read_values
 from engine.wiring import SOURCE_NAME, build_sink
-from tests.helpers.accounting import assert_exactly_once
+from tests.helpers.accounting import assert_exactly_once, read_dead_letters
 from tests.helpers.connector_process import produce_values, write_config
 
 PARTITIONS = 2
@@ -91,6 +92,33 @@ def test_the_metrics_count_records_and_wire_bytes_in_and_out(kafka_bootstrap: st
     counted = metrics.snapshot()
     assert (counted["records_in"], counted["bytes_in"]) == (RECORDS, sum(map(len, values)))
     assert (counted["records_out"], counted["bytes_out"]) == (len(output), sum(len(v or b"") for v in output))
+
+
+def committed_dead_letters(bootstrap: str, config: ConnectorConfig) -> dict[int, int | None]:
+    """Per source partition, the dead-letter count its committed offset's metadata carries."""
+    offsets = group_offsets(bootstrap, config.group_id, config.source.topic, list(range(PARTITIONS)))
+    return {p.partition: epoch.dead_letters if (epoch := committed_epoch(p.metadata)) else None for p in offsets}
+
+
+def run_to_the_end(bootstrap: str, config: ConnectorConfig) -> None:
+    ends = {SOURCE_NAME: end_offsets(bootstrap, config.source.topic)}
+    StreamingCoordinator(KafkaPipeline(config, bootstrap),
+                         CoordinatorSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
+
+
+def test_each_partitions_committed_offset_carries_its_dead_letters_so_far_across_runs(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    """The count is cumulative and committed with the dead letters: a second run (a restart, nothing kept in
+    memory) adds to what the first committed, and the counts add up to the dead-letter topic read_committed."""
+    config, _ = connector_with_input(kafka_bootstrap, tmp_path, unique_topic)
+    produce_values(kafka_bootstrap, config.source.topic, [b"{not json"] * 3, PARTITIONS)  # partitions 0, 1, 0
+    run_to_the_end(kafka_bootstrap, config)
+    assert committed_dead_letters(kafka_bootstrap, config) == {0: 2, 1: 1}
+
+    produce_values(kafka_bootstrap, config.source.topic, [b"[1"] * 4, PARTITIONS)
+    run_to_the_end(kafka_bootstrap, config)
+    assert committed_dead_letters(kafka_bootstrap, config) == {0: 4, 1: 3}
+    assert len(read_dead_letters(kafka_bootstrap, f"{unique_topic}-dlq")) == 7
 
 
 def test_the_sources_open_while_the_fence_runs_and_join_the_group_only_after_it(

@@ -130,7 +130,7 @@ def test_status_shows_members_committed_offsets_lag_checkpoints_and_changelogs(
     produce_keyed(kafka_bootstrap, changelog, {0: 3, 1: 2})
     create_topic(kafka_bootstrap, f"{name}-x-step0-window-changelog", 1)  # connector "<name>-x"'s, not ours
     config = status_config(tmp_path, name)
-    a_metadata = encode({"checkpoint": 7, "instance": "a", "event_time": 1_700_000_000_000})
+    a_metadata = encode({"checkpoint": 7, "instance": "a", "event_time": 1_700_000_000_000, "dead_letters": 2})
 
     with instances(kafka_bootstrap, name, source, ["a", "b"]) as consumers:
         owners = held_by(consumers)
@@ -160,7 +160,7 @@ def test_status_shows_members_committed_offsets_lag_checkpoints_and_changelogs(
         assert rows[source, p] == {
             "topic": source, "role": "source", "partition": p, "committed": 3 + p, "end": RECORDS_PER_PARTITION,
             "lag": RECORDS_PER_PARTITION - 3 - p, "checkpoint": 7, "instance": "a", "event_time": 1_700_000_000_000,
-            "committed_at": None, "metadata": a_metadata, "held_by": "a"}
+            "committed_at": None, "metadata": a_metadata, "held_by": "a", "dead_letters": 2}
     old = rows[source, b_parts[0]]
     assert (old["committed"], old["lag"], old["checkpoint"], old["instance"], old["event_time"], old["held_by"]) \
         == (5, RECORDS_PER_PARTITION - 5, 6, None, None, "b")

@@ -20,10 +20,13 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from connectors.admin import StoredRecord
+from connectors.dead_letter import DeadLetter
 from engine.group_status import ConnectorStatus, PartitionStatus
 from engine.secrets import REDACTED
 from engine.testing.worker import FakeConnectorKafka, FakeGroups, MemoryClusterStore, api_context
-from engine.worker.api import MAX_BODY_BYTES, VERSION, create_app
+from engine.worker.api import MAX_BODY_BYTES, PREVIEW_CHARS, VERSION, create_app
+from engine.worker.history import sample_of
 from engine.worker.records import STATUS_TTL_S, ConnectorRecord, TaskError, TaskState, TaskStatus
 from engine.worker.view import GroupView
 
@@ -55,10 +58,11 @@ def task(connector: str = "a", worker_id: str = "w1", state: TaskState = "RUNNIN
 
 
 def partition(topic: str, number: int, committed: int | None, *, role: str = "source", lag: int | None = 0,
-              held_by: str | None = "w1") -> PartitionStatus:
+              held_by: str | None = "w1", instance: str = "w1", dead_letters: int | None = None) -> PartitionStatus:
     return PartitionStatus(topic=topic, role=role, partition=number, committed=committed,
-                           end=(committed or 0) + (lag or 0), lag=lag, checkpoint=3, instance="w1", event_time=None,
-                           committed_at=int(time.time() * 1000), metadata=None, held_by=held_by)
+                           end=(committed or 0) + (lag or 0), lag=lag, checkpoint=3, instance=instance,
+                           event_time=None, committed_at=int(time.time() * 1000), metadata=None, held_by=held_by,
+                           dead_letters=dead_letters)
 
 
 def group(name: str, partitions: list[PartitionStatus]) -> GroupView:
@@ -679,8 +683,8 @@ TRACE = 'Traceback (most recent call last):\n  File "transform.py", line 3\nSche
 def test_a_failed_task_makes_the_connector_failed_and_shows_its_error_and_trace(client: TestClient,
                                                                                 store: MemoryClusterStore) -> None:
     create(client, "a")
-    store.put_status(task("a", "w1", "RUNNING", pid=101, dead_letters=2))
-    store.put_status(task("a", "w2", "FAILED", pid=102, restarts=3, error=FAILURE, trace=TRACE, dead_letters=1))
+    store.put_status(task("a", "w1", "RUNNING", pid=101))
+    store.put_status(task("a", "w2", "FAILED", pid=102, restarts=3, error=FAILURE, trace=TRACE))
     status = client.get("/connectors/a/status").json()
     assert status["name"] == "a"
     assert status["connector"] == {"state": "FAILED", "target": "RUNNING", "worker_id": "w1"}
@@ -691,8 +695,8 @@ def test_a_failed_task_makes_the_connector_failed_and_shows_its_error_and_trace(
     assert failed["error"] == {"type": "SchemaError", "message": "field amount: expected number, got string",
                                "exit_code": 2, "at": "2026-01-01T10:00:00Z"}
     assert failed["trace"] == TRACE
-    assert status["dead_letters"] == 3
-    assert (status["lag"], status["checkpoint"], status["last_commit_age_s"]) == (None, None, None)
+    assert (status["lag"], status["checkpoint"], status["last_commit_age_s"], status["dead_letters"]) == \
+        (None, None, None, None)  # the group cannot be read: nothing committed is known
 
 
 def test_a_status_its_worker_stopped_rewriting_is_left_out(client: TestClient, store: MemoryClusterStore) -> None:
@@ -729,6 +733,65 @@ def test_status_takes_partitions_lag_and_checkpoint_from_the_group(client: TestC
     assert (status["lag"], status["checkpoint"]) == (5, 3)
     assert status["last_commit_age_s"] is not None
     assert (status["tasks"][0]["lag"], status["tasks"][0]["checkpoint"]) == (5, 3)
+    assert [(p["topic"], p["partition"], p["committed"], p["end"], p["lag"]) for p in status["partitions"]] == \
+        [("in", 0, 10, 14, 4), ("in", 1, 20, 21, 1)]
+
+
+def test_dead_letters_in_status_are_the_counts_the_group_committed_whoever_committed_them(
+        client: TestClient, store: MemoryClusterStore, groups: FakeGroups) -> None:
+    """Counted from the offsets' metadata of every input (source and repartition), so a restarted task, or
+    one that no longer runs, changes nothing; each task shows those of the partitions it committed last."""
+    create(client, "a")
+    store.put_status(task("a", "w1", "RUNNING"))
+    store.put_status(task("a", "w2", "RUNNING"))
+    groups.set("a", group("a", [partition("in", 0, 10, dead_letters=4), partition("in", 1, 20, instance="w2",
+                                                                                  dead_letters=2),
+                                partition("a-repartition", 0, 5, role="repartition", dead_letters=1),
+                                partition("in", 2, 30)]))  # committed by an older version: no count
+    status = client.get("/connectors/a/status").json()
+    assert status["dead_letters"] == 7
+    assert {t["id"]: t["dead_letters"] for t in status["tasks"]} == {"w1": 5, "w2": 2}
+    assert [p["dead_letters"] for p in status["partitions"]] == [4, 2, 1, None]
+
+
+def test_history_serves_the_sampled_throughput_and_lag_of_a_connector(store: MemoryClusterStore,
+                                                                      groups: FakeGroups) -> None:
+    context = api_context(store=store, groups=groups)
+    with TestClient(create_app(context)) as client:
+        create(client, "a")
+        records = list(store.connectors().values())
+        for at, committed, lag in ((100.0, 10, 50), (105.0, 60, 20), (110.0, 0, 80)):  # the last: an offset reset
+            groups.set("a", group("a", [partition("in", 0, committed, lag=lag)]))
+            context.history.record("a", sample_of(groups.read(records[0]), at))
+        body = client.get("/connectors/a/history").json()
+        assert body["interval_s"] == 5.0 and body["window_s"] == 900.0
+        assert [(s["at"], s["records_per_s"], s["lag"]) for s in body["samples"]] == \
+            [(100.0, None, 50), (105.0, 10.0, 20), (110.0, None, 80)]
+        assert_error(client.get("/connectors/nope/history"), 404, "nope")
+
+
+def test_dead_letters_are_the_last_committed_ones_newest_first_with_their_reasons(client: TestClient,
+                                                                                    kafka: FakeConnectorKafka) -> None:
+    create(client, "a")
+    without = config(late_rows="drop", source={**CONFIG["source"], "on_error": "halt"})
+    del without["dead_letter"]
+    create(client, "b", without)
+    letters = [DeadLetter("in", 0, offset, b"k", b'{"id": "x"}' + b"!" * 400, f"bad {offset}", "decode")
+               for offset in range(30)]
+    kafka.records["dlq"] = [StoredRecord(0, n, 1_000 + n, letter.key, letter.value,
+                                         [(name, value if isinstance(value, bytes) else None)
+                                          for name, value in letter.headers()])
+                            for n, letter in enumerate(letters)]
+    body = client.get("/connectors/a/dead-letters", params={"limit": 2}).json()
+    assert body["topic"] == "dlq"
+    newest = body["dead_letters"][0]
+    assert [d["reason"] for d in body["dead_letters"]] == ["bad 29", "bad 28"]
+    assert (newest["stage"], newest["source"], newest["offset"], newest["timestamp_ms"]) == \
+        ("decode", {"topic": "in", "partition": "0", "offset": "29"}, 29, 1_029)
+    assert newest["value"].startswith('{"id": "x"}!') and len(newest["value"]) == PREVIEW_CHARS + 1
+    assert len(client.get("/connectors/a/dead-letters").json()["dead_letters"]) == 20
+    assert client.get("/connectors/b/dead-letters").json() == {"topic": None, "dead_letters": []}
+    assert_error(client.get("/connectors/a/dead-letters", params={"limit": 1000}), 400, "limit")
 
 
 # --- health --------------------------------------------------------------------------------------------------------

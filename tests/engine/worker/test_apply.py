@@ -177,12 +177,17 @@ def test_redaction_reaches_secret_looking_keys_at_any_depth_and_keeps_references
     config = {"name": "a", "source": {"consumer": {"sasl.password": "p", "group.id": "g"}},
               "transform": [{"python": "m:f", "api_token": "t"}],
               "kafka": {"client": {"ssl.key.password": "${file:secrets.properties:key}"}},
-              "port_secret": 1234}
+              "port_secret": 1234,
+              "registry": {"basic.auth.user.info": "u:p", "ssl.keystore.key": "-----BEGIN", "url": "https://r"},
+              "producer": {"sasl.jaas.config": "... password=\"p\";"}}
 
     assert redact(config) == {"name": "a", "source": {"consumer": {"sasl.password": "[redacted]", "group.id": "g"}},
                               "transform": [{"python": "m:f", "api_token": "[redacted]"}],
                               "kafka": {"client": {"ssl.key.password": "${file:secrets.properties:key}"}},
-                              "port_secret": "[redacted]"}
+                              "port_secret": "[redacted]",
+                              "registry": {"basic.auth.user.info": "[redacted]", "ssl.keystore.key": "[redacted]",
+                                           "url": "https://r"},
+                              "producer": {"sasl.jaas.config": "[redacted]"}}
 
 
 # -- the diff ---------------------------------------------------------------------------------------------------
