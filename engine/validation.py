@@ -1,6 +1,7 @@
 """``epochline validate``: what can be checked before a connector runs, offline and, with ``--online``, on Kafka.
 
-Offline: the config, its schemas, the sink format and the transform against the source schema. Online, and
+Offline: the config, its schemas, the sink format, the transform against the source schema and the sink
+format against the transform's output (every column's type; ``schemas.compatibility``). Online, and
 without reading or writing a record: Kafka answers within the connect timeout, the topics exist, and the
 principal may read the source topic and the group and write the sink and dead-letter topics (the broker's
 authorized operations). The transactional id is not checked: using it would fence a running instance.
@@ -16,16 +17,17 @@ import pyarrow as pa
 from connectors.admin import KafkaUnreachable, authorized_operations, check_connection
 from engine.config import ConnectorConfig
 from engine.transforms import OperatorConfigError
-from engine.wiring import build_chain, client_config, input_schema, sink_format, source_format
-from schemas import SchemaError
+from engine.wiring import build_chain, check_sink_types, client_config, input_schema, sink_format, source_format
+from schemas import Format, SchemaError
 
 OFFLINE_FAILURES = (SchemaError, OperatorConfigError)
 _STEP_NAME = re.compile(r"step(\d+)-(sql|python|window)")
 
 
 def validate_offline(config: ConnectorConfig) -> None:
-    """Everything that can be checked without a broker: schemas load, the sink format builds, and the
-    transform accepts the source's schema (when the source has an explicit schema). Raises the first failure."""
+    """Everything that can be checked without a broker: schemas load, the sink format builds, the transform
+    accepts the source's schema and the sink format can write every column of the transform's output (when
+    the source has an explicit schema). Raises the first failure."""
     for _, check in _offline_checks(config):
         check()
 
@@ -47,18 +49,24 @@ def _offline_checks(config: ConnectorConfig) -> list[tuple[str, Callable[[], Non
     """The offline checks in order, each with the config field it is about; the transform check uses the
     schema the source check found (none when the source schema failed or is not explicit)."""
     found: list[pa.Schema | None] = [None]
+    written: list[Format | None] = [None]
+    output: list[pa.Schema | None] = [None]
 
     def source() -> None:
         found[0] = input_schema(source_format(config))
 
     def sink() -> None:
-        sink_format(config)
+        written[0] = sink_format(config)
 
     def transform() -> None:
         if found[0] is not None:
-            build_chain(config).validate(found[0])
+            output[0] = build_chain(config).validate(found[0])
 
-    return [("source", source), ("sink", sink), ("transform", transform)]
+    def sink_types() -> None:
+        if output[0] is not None and written[0] is not None:
+            check_sink_types(config, output[0], written[0])
+
+    return [("source", source), ("sink", sink), ("transform", transform), ("sink", sink_types)]
 
 
 def validate_online(config: ConnectorConfig, bootstrap: str) -> list[str]:

@@ -27,7 +27,16 @@ from engine.batch.plan import BatchItem
 from engine.batch.store import Outcome, Spend
 from engine.config import ConnectorConfig
 from engine.transforms import OperatorRuntimeError
-from engine.wiring import SOURCE_NAME, build_chain, build_sink, input_schema, source_format, source_settings
+from engine.wiring import (
+    SOURCE_NAME,
+    build_chain,
+    build_sink,
+    check_sink_types,
+    input_schema,
+    sink_format,
+    source_format,
+    source_settings,
+)
 from sinks import EpochAborted, OffsetCommit
 
 log = logging.getLogger(__name__)
@@ -124,12 +133,13 @@ class ItemProcessor:
         self.group = kafka_id(config, options.tenant, options.batch_id)
         self.chain = build_chain(config)
         schema = input_schema(source_format(config))
+        value_format = sink_format(config)
         if schema is not None:
-            self.chain.validate(schema)
+            check_sink_types(config, self.chain.validate(schema), value_format)
         crash_point = options.crash_point
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
         self.sink = build_sink(config, options.bootstrap, transactional_id=self.group, group_id=self.group,
-                               before_commit=before_commit)
+                               before_commit=before_commit, value_format=value_format)
         self._sources: dict[int, _PartitionSource] = {}
 
     def start(self) -> None:

@@ -59,13 +59,17 @@ from engine.wiring import (
     CrashPoint,
     build_chain,
     build_sink,
+    check_sink_types,
     client_config,
     input_schema,
     repartition_source_settings,
+    sink_format,
     source_settings,
 )
-from schemas import Format
+from schemas import EncodeError, Format
+from schemas.json_format import JsonFormat
 from sinks import EpochAborted, KafkaWriter, OffsetCommit, OutgoingRecord, Sink
+from sinks.writer import Unwritten
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +134,10 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._judged_source = self._keyed_source if self._keyed_states() else None
         """The source whose rows are judged by event time: the one feeding event-time state, if any."""
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
+        self._sink_format = sink_format(config)
         self.sink = sink or build_sink(config, bootstrap, transactional_id=instance.transactional_id,
-                                       group_id=config.group_id, before_commit=before_commit)
+                                       group_id=config.group_id, before_commit=before_commit,
+                                       value_format=self._sink_format)
         # A new owner's committed() waits while the old owner's transaction is open: up to its timeout.
         timeout = config.sink.transaction_timeout / 1000 + 10
         self._new_source = open_source or (lambda settings: KafkaSource(
@@ -201,14 +207,16 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             raise StoppedBeforeStart(f"stop requested while {during}; nothing was committed")
 
     def _validate_chain(self) -> None:
-        """A bad query or function is a config error at start, not a crash mid-stream."""
+        """A bad query or function, or output the sink format cannot write, is a config error at start, not a
+        crash mid-stream."""
         schema = input_schema(self._sources[SOURCE_NAME].format)
         if schema is None:
             return
         if self.stages is None:
-            self.chain.validate(schema)
+            output = self.chain.validate(schema)
         else:
-            self.stages.after.validate(repartitioned_schema(self.stages.before.validate(schema)))
+            output = self.stages.after.validate(repartitioned_schema(self.stages.before.validate(schema)))
+        check_sink_types(self.config, output, self._sink_format)
 
     def _keyed_states(self) -> dict[str, KeyedState]:
         """Operator name -> its state, partitioned like the config's source."""
@@ -475,7 +483,28 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         if results is not None:
             written = self.sink.write(results)
             self.metrics.records_out(written.records, bytes_out=written.bytes)
+            if written.unwritten:
+                self._pending_dead_letters += self._unwritten_dead_letters(results, written.unwritten)
         self.sink.write_dead_letters(self._take_dead_letters())
+
+    def _unwritten_dead_letters(self, results: pa.Table, unwritten: Sequence[Unwritten]) -> list[DeadLetter]:
+        """Output rows the sink's format refused, dead-lettered with its reason (stage ``encode``): as the
+        source record they are (its topic, partition, offset, key and value as it came) when the output is
+        the source's rows; else, a transform's row, written as JSON with the sink topic and offset -1."""
+        rows = results.take(pa.array([refused.row for refused in unwritten], pa.int64()))
+        if self.stages is None and self._is_source_rows(rows.schema):
+            return [letter for index, refused in enumerate(unwritten)
+                    for letter in self._dead_letters_from_rows(SOURCE_NAME, rows.slice(index, 1), refused.reason,
+                                                               "encode")]
+        values = rows.select(value_columns(rows.column_names))
+        return [DeadLetter(topic=self.config.sink.topic, partition=-1, offset=-1, key=None,
+                           value=_as_json(values.slice(index, 1)), reason=refused.reason, stage="encode")
+                for index, refused in enumerate(unwritten)]
+
+    def _is_source_rows(self, schema: pa.Schema) -> bool:
+        """Whether rows of ``schema`` are the source's decoded records (value columns and Kafka columns)."""
+        source_schema = input_schema(self._sources[SOURCE_NAME].format)
+        return source_schema is not None and schema.equals(source_schema)
 
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None:
         bytes_in, self._cycle_bytes_in = self._cycle_bytes_in, 0
@@ -587,3 +616,12 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         finally:
             self._changelog.close()
             self._state_lock.release()
+
+
+def _as_json(row: pa.Table) -> bytes | None:
+    """A one-row table as a JSON object, for a dead letter; None when a column has no JSON form."""
+    try:
+        [value] = JsonFormat(None).encode(row.combine_chunks().to_batches()[0])
+    except EncodeError:
+        return None
+    return value
