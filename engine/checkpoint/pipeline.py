@@ -23,8 +23,8 @@ from confluent_kafka import TopicPartition
 from connectors.batch import SourceBatch
 from connectors.changelog import ChangelogError, ChangelogTimeout
 from connectors.checkpoint import SourceCheckpoint
-from connectors.dead_letter import DeadLetter
-from connectors.metadata import KEY, OFFSET, PARTITION, TIMESTAMP, value_columns
+from connectors.dead_letter import DeadLetter, PoisonRecord, dead_letters_from_rows, unwritten_dead_letters
+from connectors.metadata import PARTITION, TIMESTAMP
 from connectors.offset_metadata import CommittedEpoch, MalformedOffsetMetadata, checkpoint_metadata, committed_epoch
 from connectors.source import KafkaSource, PartitionListener, SourceSettings, SourceUnavailable
 from connectors.watermarks import WatermarkTracker, judge_event_time
@@ -66,8 +66,7 @@ from engine.wiring import (
     sink_format,
     source_settings,
 )
-from schemas import EncodeError, Format
-from schemas.json_format import JsonFormat
+from schemas import Format
 from sinks import EpochAborted, KafkaWriter, OffsetCommit, OutgoingRecord, Sink
 from sinks.writer import Unwritten
 
@@ -373,23 +372,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
 
     def _dead_letters_from_rows(self, source: str, rows: pa.RecordBatch | pa.Table, reason: str,
                                 stage: str) -> list[DeadLetter]:
-        """Decoded rows back to their wire format, so a dead-letter record can be replayed as it came."""
-        table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
-        values: list[bytes | None] = []
-        wire_format = self._sources[source].format
-        for batch in table.select(value_columns(table.column_names)).to_batches():
-            encoded = wire_format.encode(batch)
-            if len(encoded) != batch.num_rows:  # a format packing many rows in one record (arrow-ipc): one each
-                encoded = [value for row in range(batch.num_rows) for value in wire_format.encode(batch.slice(row, 1))]
-            values += encoded
-        topic = self._source_settings[source].topic
-        partitions = cast(list[int], table.column(PARTITION).to_pylist())  # non-nullable columns
-        offsets = cast(list[int], table.column(OFFSET).to_pylist())
-        return [
-            DeadLetter(topic=topic, partition=partition, offset=offset, key=key, value=value, reason=reason,
-                       stage=stage)
-            for partition, offset, key, value in zip(partitions, offsets, table.column(KEY).to_pylist(), values)
-        ]
+        return dead_letters_from_rows(rows, self._sources[source].format, self._source_settings[source].topic,
+                                      reason, stage)
 
     def extract_watermark(self, source: str, batch: SourceBatch) -> None:
         self._sources[source].observe_event_times(batch.batch)
@@ -484,27 +468,19 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             written = self.sink.write(results)
             self.metrics.records_out(written.records, bytes_out=written.bytes)
             if written.unwritten:
-                self._pending_dead_letters += self._unwritten_dead_letters(results, written.unwritten)
+                letters = self._unwritten_dead_letters(results, written.unwritten)
+                if self._source_settings[SOURCE_NAME].on_error == "halt":
+                    raise PoisonRecord(letters[0])
+                self._pending_dead_letters += letters
         self.sink.write_dead_letters(self._take_dead_letters())
 
     def _unwritten_dead_letters(self, results: pa.Table, unwritten: Sequence[Unwritten]) -> list[DeadLetter]:
-        """Output rows the sink's format refused, dead-lettered with its reason (stage ``encode``): as the
-        source record they are (its topic, partition, offset, key and value as it came) when the output is
-        the source's rows; else, a transform's row, written as JSON with the sink topic and offset -1."""
-        rows = results.take(pa.array([refused.row for refused in unwritten], pa.int64()))
-        if self.stages is None and self._is_source_rows(rows.schema):
-            return [letter for index, refused in enumerate(unwritten)
-                    for letter in self._dead_letters_from_rows(SOURCE_NAME, rows.slice(index, 1), refused.reason,
-                                                               "encode")]
-        values = rows.select(value_columns(rows.column_names))
-        return [DeadLetter(topic=self.config.sink.topic, partition=-1, offset=-1, key=None,
-                           value=_as_json(values.slice(index, 1)), reason=refused.reason, stage="encode")
-                for index, refused in enumerate(unwritten)]
-
-    def _is_source_rows(self, schema: pa.Schema) -> bool:
-        """Whether rows of ``schema`` are the source's decoded records (value columns and Kafka columns)."""
-        source_schema = input_schema(self._sources[SOURCE_NAME].format)
-        return source_schema is not None and schema.equals(source_schema)
+        """Output rows the sink's format refused: the source records they are, or (after a repartition,
+        whose rows come from the repartition topic) the rows as JSON."""
+        return unwritten_dead_letters(
+            results, unwritten, source_topic=self._source_settings[SOURCE_NAME].topic,
+            source_format=self._sources[SOURCE_NAME].format if self.stages is None else None,
+            sink_topic=self.config.sink.topic)
 
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None:
         bytes_in, self._cycle_bytes_in = self._cycle_bytes_in, 0
@@ -617,11 +593,3 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             self._changelog.close()
             self._state_lock.release()
 
-
-def _as_json(row: pa.Table) -> bytes | None:
-    """A one-row table as a JSON object, for a dead letter; None when a column has no JSON form."""
-    try:
-        [value] = JsonFormat(None).encode(row.combine_chunks().to_batches()[0])
-    except EncodeError:
-        return None
-    return value

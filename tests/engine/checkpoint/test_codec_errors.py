@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 import schemas
+from connectors.dead_letter import PoisonRecord
 from engine.cli import known_failures
 from engine.testing import TransformTestDriver
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
@@ -34,13 +35,13 @@ def headers(record: Any) -> dict[str, str]:
     return {name: value.decode() for name, value in record.headers}
 
 
-def connector(tmp_path: Path, sink: dict[str, Any], **more: Any) -> Path:
+def connector(tmp_path: Path, sink: dict[str, Any], on_error: str = "dead-letter", **more: Any) -> Path:
     source_schema = tmp_path / "in.schema.json"
     source_schema.write_text(json.dumps({"type": "object", "required": ["id", "n"], "properties": {
         "id": {"type": "integer"}, "n": {"type": "integer"}}}))
     return write_config(tmp_path, {"name": "codec-errors", "source": {
-        "topic": "in", "format": "json", "schema": str(source_schema)}, "sink": {"topic": "out", **sink},
-        "dead_letter": {"topic": "dlq"}, **more})
+        "topic": "in", "format": "json", "schema": str(source_schema), "on_error": on_error},
+        "sink": {"topic": "out", **sink}, "dead_letter": {"topic": "dlq"}, **more})
 
 
 def small_int_sink(tmp_path: Path) -> dict[str, Any]:
@@ -76,6 +77,15 @@ def test_a_transformed_row_that_does_not_fit_is_dead_lettered_as_json_naming_the
         found = headers(letter)
         assert (found["epochline.stage"], found["epochline.topic"], found["epochline.offset"]) == (
             "encode", "out", "-1")
+
+
+def test_with_on_error_halt_a_row_that_does_not_fit_halts_naming_its_record(tmp_path: Path) -> None:
+    with TransformTestDriver(connector(tmp_path, small_int_sink(tmp_path), on_error="halt")) as driver:
+        driver.send([{"id": 1, "n": 1}])
+        assert len(driver.output()) == 1
+        driver.send([{"id": 2, "n": 2**40}])
+        with pytest.raises(PoisonRecord, match=r"topic 'in' partition 0 offset 1: encode: .*column 'n'"):
+            driver.output()
 
 
 def test_output_the_sink_format_cannot_write_at_all_is_refused_at_start(tmp_path: Path) -> None:
