@@ -143,13 +143,13 @@ def encode_rows(table: pa.Table, value_format: Format, settings: SinkSettings) -
     encode is left out and named in ``unwritten``. Kafka sinks and the broker-free test driver both encode
     here (``encode_columns`` as Arrow columns)."""
     values: list[bytes | None] = []
-    keys: list[bytes | None] | None = None
+    keys: list[bytes | None] = []
     unwritten: list[Unwritten] = []
     for encoded in encode_columns(table, value_format, settings):
         values += encoded.values.to_pylist()
-        keys = (keys or []) + encoded.keys.to_pylist() if encoded.keys is not None else None
+        keys += encoded.keys.to_pylist() if encoded.keys is not None else []
         unwritten += encoded.unwritten
-    return EncodedRows(values, keys, unwritten)
+    return EncodedRows(values, keys if settings.key_column else None, unwritten)
 
 
 def encode_columns(table: pa.Table, value_format: Format, settings: SinkSettings) -> Iterator[EncodedColumn]:

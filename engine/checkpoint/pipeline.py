@@ -592,4 +592,3 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         finally:
             self._changelog.close()
             self._state_lock.release()
-
