@@ -31,7 +31,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from tests.helpers.sink_schemas import avro_schema, json_schema, proto_file
 
 HERE = Path(__file__).parent
 RECORD_SCHEMA = HERE / "matrix" / "record.schema.json"
+NESTED_AVSC = HERE / "matrix" / "nested.avsc"
 ALL_TYPES_PROTO = HERE / "protos" / "all_types.proto"
 EXAMPLES_PER_PAIR = 12
 UTC = dt.UTC
@@ -91,6 +92,7 @@ SOURCES = {
                              {"color": COLORS}),
     "avro": Source(lambda _: FormatSpec("avro", schema=ALL_TYPES_AVSC), {"color": COLORS}),
     "avro-confluent": Source(avro_confluent_spec, {"color": COLORS}),
+    "avro-nested": Source(lambda _: FormatSpec("avro", schema=NESTED_AVSC), {"shades[]": ["LIGHT", "DARK"]}),
     "protobuf-confluent": Source(
         lambda _: FormatSpec("protobuf-confluent", schema=ALL_TYPES_PROTO, message="epochline.test.Everything",
                              schema_id=1),
@@ -105,6 +107,8 @@ REFUSED: dict[tuple[str, str], dict[str, str]] = {
     ("avro-confluent", "json-confluent"): {"scores": _NOT_JSON_SCHEMA},
     ("protobuf-confluent", "json-confluent"): {"counts": _NOT_JSON_SCHEMA, "addresses": _NOT_JSON_SCHEMA,
                                                "ratios": _NOT_JSON_SCHEMA},
+    ("avro-nested", "json-confluent"): {"groups": _NOT_JSON_SCHEMA, "deep": _NOT_JSON_SCHEMA},
+    ("avro-nested", "protobuf-confluent"): {"grid": _NESTED, "groups": _NESTED, "deep": _NESTED},
 }
 """The source columns each refused pairing names, and why (the README's table says the same)."""
 
@@ -150,17 +154,17 @@ def scalars_of(kind: pa.DataType) -> st.SearchStrategy[Any]:
         return st.binary(max_size=6)
     if pa.types.is_fixed_size_binary(kind):
         return st.binary(min_size=kind.byte_width, max_size=kind.byte_width)
-    if pa.types.is_decimal(kind):
-        unit = Decimal(1).scaleb(-kind.scale)
-        bound = Decimal(10) ** (kind.precision - kind.scale) - unit
-        return st.decimals(-bound, bound, places=kind.scale, allow_nan=False, allow_infinity=False)
+    if pa.types.is_decimal(kind):  # unscaled integers, scaled exactly (Python's default context rounds at 28 digits)
+        largest, exact = 10 ** kind.precision - 1, Context(prec=kind.precision)
+        return st.integers(-largest, largest).map(lambda unscaled: Decimal(unscaled).scaleb(-kind.scale, exact))
     if pa.types.is_date32(kind):
         return st.dates()
     if pa.types.is_time(kind):
         return st.times().map(lambda value: truncated(value, kind.unit))
     if pa.types.is_timestamp(kind):
-        moments = st.datetimes(dt.datetime(1, 1, 2), dt.datetime(9999, 12, 30)).map(
-            lambda value: truncated(value, kind.unit))
+        low, high = (dt.datetime(1678, 1, 1), dt.datetime(2261, 12, 31)) if kind.unit == "ns" else (
+            dt.datetime(1, 1, 2), dt.datetime(9999, 12, 30))  # what an int64 of nanoseconds spans
+        moments = st.datetimes(low, high).map(lambda value: truncated(value, kind.unit))
         return moments.map(lambda value: value.replace(tzinfo=UTC)) if kind.tz is not None else moments
     raise AssertionError(f"no values of {kind} are generated")
 
