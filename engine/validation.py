@@ -1,6 +1,7 @@
 """``epochline validate``: what can be checked before a connector runs, offline and, with ``--online``, on Kafka.
 
-Offline: the config, its schemas, the sink format and the transform against the source schema. Online, and
+Offline: the config, its schemas, the sink format, the transform against the source schema and the sink
+format against the transform's output (every column's type; ``schemas.compatibility``). Online, and
 without reading or writing a record: Kafka answers within the connect timeout, the topics exist, and the
 principal may read the source topic and the group and write the sink and dead-letter topics (the broker's
 authorized operations). The transactional id is not checked: using it would fence a running instance.
@@ -29,8 +30,8 @@ from engine.config import (
     read_config_file,
 )
 from engine.transforms import OperatorConfigError
-from engine.wiring import client_config, input_schema, steps_chain
-from schemas import SchemaError, make_format
+from engine.wiring import check_sink_types, client_config, input_schema, steps_chain
+from schemas import Format, SchemaError, make_format
 
 OFFLINE_FAILURES = (SchemaError, OperatorConfigError)
 _STEP_NAME = re.compile(r"step(\d+)-(sql|python|window)")
@@ -85,6 +86,8 @@ def _offline_checks(sections: _Sections) -> list[tuple[str, Callable[[], None]]]
     records) its SQL is still parsed, and its Python functions and window specs are still made."""
     found: list[pa.Schema | None] = [None]
     source, steps, sink = sections.source, sections.steps, sections.sink
+    written: list[Format | None] = [None]
+    output: list[pa.Schema | None] = [None]
 
     def source_check() -> None:
         if source is not None:
@@ -92,18 +95,23 @@ def _offline_checks(sections: _Sections) -> list[tuple[str, Callable[[], None]]]
 
     def sink_check() -> None:
         if sink is not None:
-            make_format(sink.format_spec(sections.base_dir))
+            written[0] = make_format(sink.format_spec(sections.base_dir))
 
     def transform_check() -> None:
         if steps is None:
             return
         chain = steps_chain(steps, source.event_time.column if source is not None else None)
         if found[0] is not None:
-            chain.validate(found[0])
+            output[0] = chain.validate(found[0])
         else:
             chain.check_without_schema()
 
-    return [("source", source_check), ("sink", sink_check), ("transform", transform_check)]
+    def sink_types_check() -> None:
+        if sink is not None and output[0] is not None and written[0] is not None:
+            check_sink_types(sink, output[0], written[0])
+
+    return [("source", source_check), ("sink", sink_check), ("transform", transform_check),
+            ("sink", sink_types_check)]
 
 
 def _valid_sections(raw: object, base_dir: Path) -> _Sections:

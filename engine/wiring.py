@@ -15,12 +15,14 @@ from connectors.changelog import repartition_topic
 from connectors.metadata import with_metadata_fields
 from connectors.source import SourceSettings
 from engine import secrets
-from engine.config import ConnectorConfig, SourceConfig, StepConfig
+from engine.config import ConnectorConfig, SinkConfig, SourceConfig, StepConfig
 from engine.transforms import Operator, OperatorChain, PythonOperator, SqlOperator, WindowOperator, WindowSpec
 from engine.transforms import build_chain as chain_of
 from engine.transforms.database import open_database_soon
-from schemas import Format, FormatSpec, make_format
+from schemas import Format, FormatSpec, SchemaError, make_format
+from schemas.compatibility import sink_problems
 from sinks import AtLeastOnceKafkaSink, Sink, SinkSettings, TransactionalKafkaSink
+from sinks.writer import written_columns
 
 SOURCE_NAME = "source"
 """The name of the config's source; streams added while running bring their own names."""
@@ -122,13 +124,26 @@ def sink_format(config: ConnectorConfig) -> Format:
     return make_format(config.sink.format_spec(config.base_dir))
 
 
+def check_sink_types(sink: SinkConfig, output: pa.Schema, value_format: Format) -> None:
+    """``SchemaError`` naming every column of ``output`` (the transform's rows, or the source's without one)
+    that the sink's ``value_format`` cannot write (``schemas.compatibility``): checked by ``validate`` and at
+    start, so such a pairing fails before a record is read instead of at the first epoch."""
+    columns = pa.schema([output.field(name) for name in written_columns(output.names, sink.include_metadata)])
+    problems = sink_problems(columns, value_format)
+    if problems:
+        raise SchemaError(f"sink format {value_format.name} cannot write the output to topic {sink.topic!r}: "
+                          + "; ".join(map(str, problems)))
+
+
 def build_sink(config: ConnectorConfig, bootstrap: str, *, transactional_id: str, group_id: str,
-               before_commit: Callable[[], None] | None = None) -> Sink:
-    """The sink ``sink.delivery`` asks for; ``before_commit`` runs right before a transaction commits."""
+               before_commit: Callable[[], None] | None = None, value_format: Format | None = None) -> Sink:
+    """The sink ``sink.delivery`` asks for, writing ``value_format`` (the config's sink format unless given);
+    ``before_commit`` runs right before a transaction commits."""
     settings = sink_settings(config, transactional_id, group_id)
+    value_format = value_format or sink_format(config)
     if config.sink.delivery == "exactly-once":
-        return TransactionalKafkaSink(settings, bootstrap, sink_format(config), before_commit)
-    return AtLeastOnceKafkaSink(settings, bootstrap, sink_format(config))
+        return TransactionalKafkaSink(settings, bootstrap, value_format, before_commit)
+    return AtLeastOnceKafkaSink(settings, bootstrap, value_format)
 
 
 def input_schema(value_format: Format) -> pa.Schema | None:

@@ -22,7 +22,7 @@ in structs and lists, so no per-value Python runs on the fast path.
 from __future__ import annotations
 
 import base64
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -65,9 +65,19 @@ def wire_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, wire_type(f.type)) for f in schema])
 
 
-def unsupported_type(arrow_type: pa.DataType, path: str, *, writing: bool = False) -> str | None:
-    """``"<path> (<type>)"`` for the first value that has no JSON form here, else None. Reading (with a
-    schema) takes what JSON Schema describes; ``writing`` also takes bytes and maps (module doc)."""
+class Unsupported(NamedTuple):
+    """A value (``address.zip``, ``tags[]``, ``counts{value}``) of a type with no JSON form here."""
+
+    path: str
+    arrow_type: pa.DataType
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.arrow_type})"
+
+
+def unsupported_type(arrow_type: pa.DataType, path: str, *, writing: bool = False) -> Unsupported | None:
+    """The first value inside ``arrow_type`` that has no JSON form here, else None. Reading (with a schema)
+    takes what JSON Schema describes; ``writing`` also takes bytes and maps (module doc)."""
     if pa.types.is_struct(arrow_type):
         for fld in arrow_type:
             found = unsupported_type(fld.type, f"{path}.{fld.name}", writing=writing)
@@ -80,12 +90,12 @@ def unsupported_type(arrow_type: pa.DataType, path: str, *, writing: bool = Fals
         return (unsupported_type(arrow_type.key_type, f"{path}{{key}}", writing=True)
                 or unsupported_type(arrow_type.item_type, f"{path}{{value}}", writing=True))
     if is_bytes(arrow_type):
-        return None if writing else f"{path} ({arrow_type})"
+        return None if writing else Unsupported(path, arrow_type)
     supported = (pa.types.is_null(arrow_type) or pa.types.is_boolean(arrow_type) or pa.types.is_integer(arrow_type)
                  or pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type)
                  or pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
                  or is_text_on_the_wire(arrow_type))
-    return None if supported else f"{path} ({arrow_type})"
+    return None if supported else Unsupported(path, arrow_type)
 
 
 def text_to_value(array: pa.Array[Any], target: pa.DataType) -> pa.Array[Any]:

@@ -32,6 +32,7 @@ from sinks.writer import (
     Produced,
     Sink,
     SinkSettings,
+    Unwritten,
     encode_rows,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "SinkSettings",
     "SinkTopicMissing",
     "TransactionalKafkaSink",
+    "Unwritten",
     "encode_rows",
     "produce_all",
     "produce_waiting",

@@ -92,10 +92,10 @@ class TransactionalKafkaSink(KafkaWriter):
             return super().write(table)
         topic = self.settings.topic
         total = Produced(0, 0)
-        for values, keys in encode_columns(table, self._format, self.settings):
+        for values, keys, unwritten in encode_columns(table, self._format, self.settings):
             with self._refused_as_sink_error(f"producing to topic {topic!r}"):
                 produce_column(self._native, self.producer, topic, values, keys)
-            total = total + produced_column(values)
+            total = total + produced_column(values, unwritten)
         return total
 
     def start(self) -> None:

@@ -18,7 +18,7 @@ from connectors.dead_letter import DeadLetter
 from connectors.kafka_errors import MISSING_TOPIC_ERRORS, missing_topic_text
 from connectors.metadata import is_metadata_column
 from schemas import Format
-from schemas.base import encode_column
+from schemas.base import EncodeError, encode_column
 from sinks.calls import with_retries
 from sinks.errors import (
     NOT_AUTHORIZED_CODES,
@@ -49,26 +49,37 @@ class SinkSettings:
     max_queued_messages: int = 500_000
 
 
+class Unwritten(NamedTuple):
+    """Row ``row`` of the table given to ``write`` was not written: its value does not encode in the sink's
+    format (``reason`` is the format's ``EncodeError``). The caller dead-letters it."""
+
+    row: int
+    reason: str
+
+
 class Produced(NamedTuple):
-    """What one ``write`` handed to the producer: records and the bytes of their encoded values."""
+    """What one ``write`` handed to the producer: records and the bytes of their encoded values, and the rows
+    it could not encode."""
 
     records: int
     bytes: int
+    unwritten: tuple[Unwritten, ...] = ()
 
     def __add__(self, other: object) -> Produced:
         if not isinstance(other, Produced):
             return NotImplemented
-        return Produced(self.records + other.records, self.bytes + other.bytes)
+        return Produced(self.records + other.records, self.bytes + other.bytes, self.unwritten + other.unwritten)
 
 
-def produced(values: Sequence[bytes | None]) -> Produced:
+def produced(values: Sequence[bytes | None], unwritten: Sequence[Unwritten] = ()) -> Produced:
     """What handing ``values`` to a producer counts as."""
-    return Produced(len(values), sum(map(len, filter(None, values))))
+    return Produced(len(values), sum(map(len, filter(None, values))), tuple(unwritten))
 
 
-def produced_column(values: pa.Array[Any]) -> Produced:
+def produced_column(values: pa.Array[Any], unwritten: Sequence[Unwritten] = ()) -> Produced:
     """What handing the rows of the binary array ``values`` to a producer counts as."""
-    return Produced(len(values), int(pc.sum(pc.binary_length(cast(pa.BinaryArray, values))).as_py() or 0))
+    return Produced(len(values), int(pc.sum(pc.binary_length(cast(pa.BinaryArray, values))).as_py() or 0),
+                    tuple(unwritten))
 
 
 def dead_letter_topic(settings: SinkSettings, letters: Sequence[DeadLetter]) -> str:
@@ -117,35 +128,83 @@ class Sink(Protocol):
 class EncodedRows(NamedTuple):
     values: list[bytes | None]
     keys: list[bytes | None] | None
+    unwritten: list[Unwritten]
+
+
+class EncodedColumn(NamedTuple):
+    """One batch of output rows encoded: the values, their keys (or None), and the rows left out."""
+
+    values: pa.Array[Any]
+    keys: pa.Array[Any] | None
+    unwritten: list[Unwritten]
 
 
 def encode_rows(table: pa.Table, value_format: Format, settings: SinkSettings) -> EncodedRows:
     """Output rows as the records a sink produces: values in the sink's format without the Kafka metadata
-    columns (unless ``include_metadata`` keeps some), keys from ``key_column``. Kafka sinks and the
-    broker-free test driver both encode here (``encode_columns`` as Arrow columns)."""
-    keys = _key_column(table, settings)
+    columns (unless ``include_metadata`` keeps some), keys from ``key_column``; a row whose value does not
+    encode is left out and named in ``unwritten``. Kafka sinks and the broker-free test driver both encode
+    here (``encode_columns`` as Arrow columns)."""
     values: list[bytes | None] = []
-    for batch in _value_rows(table, settings).to_batches():
-        values += value_format.encode(batch)
-    return EncodedRows(values, keys.to_pylist() if keys is not None else None)
+    keys: list[bytes | None] = []
+    unwritten: list[Unwritten] = []
+    for encoded in encode_columns(table, value_format, settings):
+        values += encoded.values.to_pylist()
+        keys += encoded.keys.to_pylist() if encoded.keys is not None else []
+        unwritten += encoded.unwritten
+    return EncodedRows(values, keys if settings.key_column else None, unwritten)
 
 
-def encode_columns(table: pa.Table, value_format: Format,
-                   settings: SinkSettings) -> Iterator[tuple[pa.Array[Any], pa.Array[Any] | None]]:
-    """``encode_rows`` as Arrow binary arrays: per batch of rows, the values and the keys (or None)."""
+def encode_columns(table: pa.Table, value_format: Format, settings: SinkSettings) -> Iterator[EncodedColumn]:
+    """``encode_rows`` as Arrow binary arrays, per batch of rows."""
     keys = _key_column(table, settings)
     start = 0
     for batch in _value_rows(table, settings).to_batches():
-        values = encode_column(value_format, batch).combine_chunks()
-        if not pa.types.is_binary(values.type):
-            values = values.cast(pa.binary())
-        yield values, keys.slice(start, len(values)) if keys is not None else None
-        start += len(values)
+        values, kept, unwritten = _encoded_batch(value_format, batch, start)
+        batch_keys = keys.slice(start, batch.num_rows) if keys is not None else None
+        if batch_keys is not None and kept is not None:
+            batch_keys = batch_keys.take(pa.array(kept, pa.int64()))
+        yield EncodedColumn(values, batch_keys, unwritten)
+        start += batch.num_rows
+
+
+def _encoded_batch(value_format: Format, batch: pa.RecordBatch,
+                   start: int) -> tuple[pa.Array[Any], list[int] | None, list[Unwritten]]:
+    """The batch's values (binary), the positions in the batch of the rows they hold (None: every row) and the
+    rows that do not encode, at their position in the table (``start`` is the batch's first row there).
+
+    A batch is encoded whole; only when the format refuses it (``EncodeError``: a value that does not fit
+    the sink's schema) is each row encoded alone, so one bad row costs its own dead letter and not its batch.
+    """
+    try:
+        return _binary(encode_column(value_format, batch)), None, []
+    except EncodeError:
+        pass
+    values: list[pa.Array[Any]] = []
+    kept: list[int] = []
+    unwritten: list[Unwritten] = []
+    for row in range(batch.num_rows):
+        try:
+            values.append(_binary(encode_column(value_format, batch.slice(row, 1))))
+        except EncodeError as error:
+            unwritten.append(Unwritten(start + row, str(error)))
+        else:
+            kept.append(row)
+    return (pa.concat_arrays(values) if values else pa.array([], pa.binary())), kept, unwritten
+
+
+def _binary(encoded: pa.ChunkedArray[Any]) -> pa.Array[Any]:
+    values = encoded.combine_chunks()
+    return values if pa.types.is_binary(values.type) else values.cast(pa.binary())
 
 
 def _value_rows(table: pa.Table, settings: SinkSettings) -> pa.Table:
-    keep = [name for name in table.column_names if not is_metadata_column(name) or name in settings.include_metadata]
-    return table.select(keep)
+    return table.select(written_columns(table.column_names, settings.include_metadata))
+
+
+def written_columns(names: Sequence[str], include_metadata: Sequence[str]) -> list[str]:
+    """The columns of the output a sink writes into each value: all but the Kafka metadata columns, of which
+    it keeps those ``include_metadata`` lists."""
+    return [name for name in names if not is_metadata_column(name) or name in include_metadata]
 
 
 def _key_column(table: pa.Table, settings: SinkSettings) -> pa.Array[Any] | None:
@@ -237,9 +296,9 @@ class KafkaWriter:
         """Encode and produce every row; returns how many records (and value bytes) went to the producer."""
         if table.num_rows == 0:
             return Produced(0, 0)
-        values, keys = encode_rows(table, self._format, self.settings)
+        values, keys, unwritten = encode_rows(table, self._format, self.settings)
         self._produce(self.settings.topic, values, keys)
-        return produced(values)
+        return produced(values, unwritten)
 
     def _produce(self, topic: str, values: list[bytes | None], keys: list[bytes | None] | None = None,
                  headers: list[Headers] | None = None) -> None:

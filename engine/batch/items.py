@@ -19,6 +19,7 @@ from confluent_kafka import TopicPartition
 from connectors import offset_metadata
 from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
+from connectors.dead_letter import DeadLetter, unwritten_dead_letters
 from connectors.metadata import OFFSET
 from connectors.source import KafkaSource, SourceSettings
 from engine.batch.errors import BatchHalted, BatchJobError
@@ -27,7 +28,16 @@ from engine.batch.plan import BatchItem
 from engine.batch.store import Outcome, Spend
 from engine.config import ConnectorConfig
 from engine.transforms import OperatorRuntimeError
-from engine.wiring import SOURCE_NAME, build_chain, build_sink, input_schema, source_format, source_settings
+from engine.wiring import (
+    SOURCE_NAME,
+    build_chain,
+    build_sink,
+    check_sink_types,
+    input_schema,
+    sink_format,
+    source_format,
+    source_settings,
+)
 from sinks import EpochAborted, OffsetCommit
 
 log = logging.getLogger(__name__)
@@ -123,15 +133,17 @@ class ItemProcessor:
         self.settings = source_settings(config, source, SOURCE_NAME)
         self.group = kafka_id(config, options.tenant, options.batch_id)
         self.chain = build_chain(config)
-        schema = input_schema(source_format(config))
+        self._source_format = source_format(config)
+        schema = input_schema(self._source_format)
+        value_format = sink_format(config)
         if schema is not None:
-            self.chain.validate(schema)
+            check_sink_types(config.sink, self.chain.validate(schema), value_format)
         else:
             self.chain.check_without_schema()
         crash_point = options.crash_point
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
         self.sink = build_sink(config, options.bootstrap, transactional_id=self.group, group_id=self.group,
-                               before_commit=before_commit)
+                               before_commit=before_commit, value_format=value_format)
         self._sources: dict[int, _PartitionSource] = {}
 
     def start(self) -> None:
@@ -182,15 +194,27 @@ class ItemProcessor:
                 if batch.dead_letters and self.on_error != "dead-letter":
                     return self._stop_item(item, batch.dead_letters[0].describe(), "poison record",
                                            Spend(records, bytes_, time.monotonic() - started))
+                letters = batch.dead_letters
                 if batch.batch.num_rows:
-                    self.sink.write(self.chain.process(pa.Table.from_batches([batch.batch]), None))
-                self.sink.write_dead_letters(batch.dead_letters)
+                    letters = letters + self._write(self.chain.process(pa.Table.from_batches([batch.batch]), None))
+                if letters and self.on_error != "dead-letter":
+                    return self._stop_item(item, letters[0].describe(), "record the sink format cannot write",
+                                           Spend(records, bytes_, time.monotonic() - started))
+                self.sink.write_dead_letters(letters)
         except OperatorRuntimeError as error:
             return self._stop_item(item, str(error), "transform failed",
                                    Spend(records, bytes_, time.monotonic() - started))
         spend = Spend(records, bytes_, time.monotonic() - started)
         self._commit(item, run_id, spend)
         return ItemResult(Outcome.SUCCEEDED, spend)
+
+    def _write(self, output: pa.Table) -> list[DeadLetter]:
+        """Write the item's output rows; the ones the sink's format refused come back as dead letters."""
+        written = self.sink.write(output)
+        if not written.unwritten:
+            return []
+        return unwritten_dead_letters(output, written.unwritten, source_topic=self.topic,
+                                      source_format=self._source_format, sink_topic=self.config.sink.topic)
 
     def _stop_item(self, item: BatchItem, problem: str, what: str, spend: Spend) -> ItemResult:
         """Abort the item's transaction; fail the item (``fail-item``) or halt the job (``halt``)."""

@@ -23,8 +23,8 @@ from confluent_kafka import TopicPartition
 from connectors.batch import SourceBatch
 from connectors.changelog import ChangelogError, ChangelogTimeout
 from connectors.checkpoint import SourceCheckpoint
-from connectors.dead_letter import DeadLetter
-from connectors.metadata import KEY, OFFSET, PARTITION, TIMESTAMP, value_columns
+from connectors.dead_letter import DeadLetter, PoisonRecord, dead_letters_from_rows, unwritten_dead_letters
+from connectors.metadata import PARTITION, TIMESTAMP
 from connectors.offset_metadata import CommittedEpoch, MalformedOffsetMetadata, checkpoint_metadata, committed_epoch
 from connectors.source import KafkaSource, PartitionListener, SourceSettings, SourceUnavailable
 from connectors.watermarks import WatermarkTracker, judge_event_time
@@ -60,13 +60,16 @@ from engine.wiring import (
     CrashPoint,
     build_chain,
     build_sink,
+    check_sink_types,
     client_config,
     input_schema,
     repartition_source_settings,
+    sink_format,
     source_settings,
 )
 from schemas import Format
 from sinks import EpochAborted, KafkaWriter, OffsetCommit, OutgoingRecord, Sink
+from sinks.writer import Unwritten
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +136,10 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._judged_source = self._keyed_source if self._keyed_states() else None
         """The source whose rows are judged by event time: the one feeding event-time state, if any."""
         before_commit = (lambda: crash_point("between-flush-and-commit")) if crash_point is not None else None
+        self._sink_format = sink_format(config)
         self.sink = sink or build_sink(config, bootstrap, transactional_id=instance.transactional_id,
-                                       group_id=config.group_id, before_commit=before_commit)
+                                       group_id=config.group_id, before_commit=before_commit,
+                                       value_format=self._sink_format)
         # A new owner's committed() waits while the old owner's transaction is open: up to its timeout.
         timeout = config.sink.transaction_timeout / 1000 + 10
         self._new_source = open_source or (lambda settings: KafkaSource(
@@ -208,15 +213,17 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             raise StoppedBeforeStart(f"stop requested while {during}; nothing was committed")
 
     def _validate_chain(self) -> None:
-        """A bad query or function is a config error at start, not a crash mid-stream."""
+        """A bad query or function, or output the sink format cannot write, is a config error at start, not a
+        crash mid-stream."""
         schema = input_schema(self._sources[SOURCE_NAME].format)
         if schema is None:
             self.chain.check_without_schema()
             return
         if self.stages is None:
-            self.chain.validate(schema)
+            output = self.chain.validate(schema)
         else:
-            self.stages.after.validate(repartitioned_schema(self.stages.before.validate(schema)))
+            output = self.stages.after.validate(repartitioned_schema(self.stages.before.validate(schema)))
+        check_sink_types(self.config.sink, output, self._sink_format)
 
     def _keyed_states(self) -> dict[str, KeyedState]:
         """Operator name -> its state, partitioned like the config's source."""
@@ -378,23 +385,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
 
     def _dead_letters_from_rows(self, source: str, rows: pa.RecordBatch | pa.Table, reason: str,
                                 stage: str) -> list[DeadLetter]:
-        """Decoded rows back to their wire format, so a dead-letter record can be replayed as it came."""
-        table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
-        values: list[bytes | None] = []
-        wire_format = self._sources[source].format
-        for batch in table.select(value_columns(table.column_names)).to_batches():
-            encoded = wire_format.encode(batch)
-            if len(encoded) != batch.num_rows:  # a format packing many rows in one record (arrow-ipc): one each
-                encoded = [value for row in range(batch.num_rows) for value in wire_format.encode(batch.slice(row, 1))]
-            values += encoded
-        topic = self._source_settings[source].topic
-        partitions = cast(list[int], table.column(PARTITION).to_pylist())  # non-nullable columns
-        offsets = cast(list[int], table.column(OFFSET).to_pylist())
-        return [
-            DeadLetter(topic=topic, partition=partition, offset=offset, key=key, value=value, reason=reason,
-                       stage=stage)
-            for partition, offset, key, value in zip(partitions, offsets, table.column(KEY).to_pylist(), values)
-        ]
+        return dead_letters_from_rows(rows, self._sources[source].format, self._source_settings[source].topic,
+                                      reason, stage)
 
     def extract_watermark(self, source: str, batch: SourceBatch) -> None:
         self._sources[source].observe_event_times(batch.batch)
@@ -491,7 +483,20 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             written = self.sink.write(results)
             self.metrics.records_out(written.records, bytes_out=written.bytes)
             self._epoch.records_out += written.records
+            if written.unwritten:
+                letters = self._unwritten_dead_letters(results, written.unwritten)
+                if self._source_settings[SOURCE_NAME].on_error == "halt":
+                    raise PoisonRecord(letters[0])
+                self._pending_dead_letters += letters
         self._write_dead_letters()
+
+    def _unwritten_dead_letters(self, results: pa.Table, unwritten: Sequence[Unwritten]) -> list[DeadLetter]:
+        """Output rows the sink's format refused: the source records they are, or (after a repartition,
+        whose rows come from the repartition topic) the rows as JSON."""
+        return unwritten_dead_letters(
+            results, unwritten, source_topic=self._source_settings[SOURCE_NAME].topic,
+            source_format=self._sources[SOURCE_NAME].format if self.stages is None else None,
+            sink_topic=self.config.sink.topic)
 
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None:
         bytes_in, self._cycle_bytes_in = self._cycle_bytes_in, 0

@@ -210,9 +210,9 @@ class _MemorySink:
     def write(self, table: pa.Table) -> Produced:
         if table.num_rows == 0:
             return Produced(0, 0)
-        values, keys = encode_rows(table, self._format, self._settings)
+        values, keys, unwritten = encode_rows(table, self._format, self._settings)
         self._pending_output += [DriverRecord(keys[i] if keys else None, value) for i, value in enumerate(values)]
-        return produced(values)
+        return produced(values, unwritten)
 
     def write_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
         letters = list(letters)

@@ -1,8 +1,13 @@
 """``epochline validate`` offline (``engine.validation.checked_config``): the one check a config file and a
-config sent to a worker go through, reporting every problem at once, each with its field."""
+config sent to a worker go through, reporting every problem at once, each with its field; it checks the sink
+format against the columns it will be given too (the source's, or the transform's output), before a record
+is read."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +17,8 @@ import yaml
 from engine.cli import main
 from engine.config import ConfigError
 from engine.validation import checked_config
-from tests.helpers import EXAMPLES
+from tests.helpers import EXAMPLES, REPO_ROOT
+from tests.helpers.connector_process import write_config
 
 SCHEMALESS: dict[str, Any] = {"name": "v", "source": {"topic": "in", "format": "json"}, "sink": {"topic": "out"},
                               "dead_letter": {"topic": "dlq"}}
@@ -74,3 +80,84 @@ def test_the_validate_command_prints_every_problem_with_its_field(tmp_path: Path
     assert main(["validate", str(path)]) == 2
     error = capsys.readouterr().err
     assert "bogus: unknown key" in error and "transform.0.sql:" in error and str(path) in error
+
+
+PROTOS = REPO_ROOT / "tests" / "schemas" / "protos"
+PROTOBUF_SOURCE = {"topic": "in", "format": "protobuf-confluent", "schema": str(PROTOS / "all_types.proto"),
+                   "message": "epochline.test.Everything", "schema_id": 1}
+"""A Protobuf topic with every type protobuf-confluent reads: maps (string, int32 and bool keys), nested
+messages, repeated fields, bytes, enums, oneofs, Timestamps and wrappers."""
+
+
+def connector(tmp_path: Path, source: dict[str, Any], sink: dict[str, Any], **more: Any) -> Path:
+    return write_config(tmp_path, {"name": "types", "source": source, "sink": {"topic": "out", **sink},
+                                   "dead_letter": {"topic": "dlq"}, **more})
+
+
+def avro_schema(tmp_path: Path, *fields: dict[str, Any]) -> str:
+    path = tmp_path / "sink.avsc"
+    path.write_text(json.dumps({"type": "record", "name": "Out", "fields": list(fields)}))
+    return str(path)
+
+
+def listed_problems(path: Path) -> list[tuple[str, str]]:
+    """The problems ``checked_config`` lists for the config file at ``path`` (none: it is valid)."""
+    try:
+        checked_config(path)
+    except ConfigError as error:
+        return error.problems
+    return []
+
+
+def test_a_protobuf_topic_with_maps_nested_messages_and_lists_can_be_written_as_json(tmp_path: Path) -> None:
+    assert listed_problems(connector(tmp_path, PROTOBUF_SOURCE, {"format": "json"})) == []
+
+
+def test_raw_needs_a_value_column_of_bytes_or_text_and_says_which_columns_there_are(tmp_path: Path) -> None:
+    [(field, message)] = listed_problems(connector(tmp_path, PROTOBUF_SOURCE, {"format": "raw"},
+                                            transform=[{"sql": "SELECT i32, text FROM input"}]))
+    assert field == "sink"
+    assert message == ("sink format raw cannot write the output to topic 'out': column value: the raw format "
+                       "writes the 'value' column, and the output has none (it has i32, text)")
+
+
+def test_a_column_the_sink_schema_cannot_convert_is_named_down_to_its_field(tmp_path: Path) -> None:
+    sink = {"format": "avro", "schema": avro_schema(
+        tmp_path, {"name": "address", "type": ["null", {"type": "record", "name": "Address", "fields": [
+            {"name": "street", "type": "string"}, {"name": "zip", "type": {"type": "array", "items": "long"}}]}]},
+        {"name": "tags", "type": "string"})}
+    [(field, message)] = listed_problems(connector(tmp_path, PROTOBUF_SOURCE, sink))
+    assert field == "sink"
+    assert "column address.zip: uint32 cannot be written as the avro schema's list<item: int64 not null>" in message
+    assert "column tags: list<item: string not null> cannot be written as the avro schema's string" in message
+
+
+def test_the_transforms_output_is_what_is_checked(tmp_path: Path) -> None:
+    sink = {"format": "avro", "schema": avro_schema(tmp_path, {"name": "total", "type": "long"})}
+    assert listed_problems(connector(tmp_path, PROTOBUF_SOURCE, sink,
+                              transform=[{"sql": "SELECT i64 AS total FROM input"}])) == []
+    [(_, message)] = listed_problems(connector(tmp_path, PROTOBUF_SOURCE, sink,
+                                        transform=[{"sql": "SELECT counts AS total FROM input"}]))
+    assert "column total: map<string, int64> cannot be written as the avro schema's int64" in message
+
+
+def test_a_column_the_sink_schema_requires_and_the_output_lacks_is_named(tmp_path: Path) -> None:
+    sink = {"format": "avro", "schema": avro_schema(tmp_path, {"name": "missing", "type": "long"})}
+    [(_, message)] = listed_problems(connector(tmp_path, PROTOBUF_SOURCE, sink))
+    assert "column missing: the avro schema requires it and the output has no such column" in message
+
+
+def test_kafka_columns_count_only_when_the_sink_keeps_them(tmp_path: Path) -> None:
+    sink = {"format": "raw", "include_metadata": ["__kafka_key"]}
+    transform = [{"sql": "SELECT __kafka_key, text AS value FROM input"}]
+    assert listed_problems(connector(tmp_path, PROTOBUF_SOURCE, sink, transform=transform)) == []
+
+
+def test_validate_refuses_the_pairing_in_one_line_with_exit_code_2(tmp_path: Path) -> None:
+    path = connector(tmp_path, PROTOBUF_SOURCE, {"format": "raw"})
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "validate", str(path)], capture_output=True,
+                          text=True, timeout=60, cwd=REPO_ROOT, check=False)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"epochline: invalid connector config {path}: sink: sink format raw cannot write the "
+                           "output to topic 'out': column value:")

@@ -36,6 +36,7 @@ from engine.testing import read_values, run_pipeline
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
 from schemas.protobuf_format import ProtobufConfluentFormat
 from schemas.registry import RegistryUnavailable, SchemaNotRegistered
+from tests.helpers import REPO_ROOT
 from tests.helpers.accounting import assert_exactly_once, ids_in
 from tests.helpers.connector_process import produce_keyed, read_batches, write_config
 
@@ -883,6 +884,35 @@ def test_50k_rows_encoded_by_protobuf_confluent_are_read_exactly_by_confluents_p
     assert len(messages) == BROKER_ROWS
     messages.sort(key=lambda message: message.sf64)
     assert messages == [message_of(cls, row) for row in rows]
+
+
+def test_a_run_writes_a_protobuf_topic_with_maps_nested_messages_and_lists_as_json(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    """The reproduction: ``format: protobuf-confluent`` in, a JSON sink out, used to die at the first epoch
+    (``column counts (map<string, int64>) has no JSON representation``)."""
+    rows = everything_rows(40, seed=5)
+    for topic in (unique_topic, f"{unique_topic}-out", f"{unique_topic}-dlq"):
+        create_topic(kafka_bootstrap, topic, partitions=1)
+    produce_keyed(kafka_bootstrap, unique_topic, local_format().encode(everything_batch(*rows)))
+    config = write_config(tmp_path, {
+        "name": unique_topic,
+        "source": {"topic": unique_topic, "format": "protobuf-confluent", "schema": str(ALL_TYPES),
+                   "message": EVERYTHING, "schema_id": 1},
+        "sink": {"topic": f"{unique_topic}-out", "format": "json"},
+        "dead_letter": {"topic": f"{unique_topic}-dlq"},
+        "checkpoint": {"interval": "200ms", "dir": str(tmp_path / "state")},
+    })
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(config), "--bootstrap-servers",
+                           kafka_bootstrap, "--stop-at-end"], capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = sorted((orjson.loads(value or b"") for value in read_values(kafka_bootstrap, f"{unique_topic}-out")),
+                     key=lambda value: value["sf64"])
+    assert [value["counts"] for value in written] == [dict(row["counts"]) for row in rows]
+    assert [value["addresses"] for value in written] == [
+        [{"key": key, "value": address} for key, address in row["addresses"]] for row in rows]
+    assert [(value["address"], value["tags"]) for value in written] == [(row["address"], row["tags"]) for row in rows]
+    assert read_values(kafka_bootstrap, f"{unique_topic}-dlq") == []
 
 
 def test_a_writer_schema_evolved_mid_topic_reads_into_the_reader_schema(

@@ -25,6 +25,7 @@ from sinks import (
     CallAbandoned,
     EpochAborted,
     OffsetCommit,
+    Produced,
     ProducerFenced,
     ProducerWedged,
     SinkFatal,
@@ -223,7 +224,7 @@ def test_rows_are_keyed_by_the_key_column_as_text_or_bytes(kafka_bootstrap: str,
     assert sorted(records, key=lambda kv: kv[1]) == [(b"ann", b'{"id":1,"user":"ann"}'),
                                                      (None, b'{"id":2,"user":null}'),
                                                      ("zoë".encode(), '{"id":3,"user":"zoë"}'.encode())]
-    assert produced == (3, sum(len(value) for _, value in records))
+    assert produced == Produced(3, sum(len(value) for _, value in records))
 
 
 @BOTH_WAYS
@@ -248,6 +249,28 @@ def test_a_record_the_broker_refuses_aborts_its_epoch_and_the_replay_names_the_r
     assert "too large" in str(aborted.value)
     sink.close()
     assert [orjson.loads(v)["id"] for v in read_values(kafka_bootstrap, unique_topic)] == [1]
+
+
+@BOTH_WAYS
+def test_a_row_whose_value_does_not_fit_the_sink_schema_is_left_out_and_named_and_its_batch_is_written(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    """The writer encodes a batch whole; when the format refuses it, each row alone, so only the row that does
+    not fit (an int64 beyond an Avro int) is left out, named by its position for the pipeline to dead-letter."""
+    schema = tmp_path / "small.avsc"
+    schema.write_text(json.dumps({"type": "record", "name": "Small", "fields": [
+        {"name": "id", "type": "long"}, {"name": "n", "type": "int"}]}))
+    sink = sink_for(kafka_bootstrap, unique_topic, make_format(FormatSpec("avro", schema=schema)), key_column="id")
+    metadata = group_metadata(kafka_bootstrap, "unused")
+    sink.start()
+    for rows in ({"id": [0], "n": [0]}, {"id": [1, 2, 3], "n": [1, 2**40, -3]}):  # the C module once rows committed
+        sink.begin_epoch()
+        produced = sink.write(pa.table(rows))
+        sink.commit_epoch([OffsetCommit([], metadata)])
+    sink.close()
+    [(row, reason)] = produced.unwritten
+    assert (row, produced.records) == (1, 2)
+    assert "column 'n'" in reason and "int32" in reason
+    assert sorted(key for key, _ in read_records(kafka_bootstrap, unique_topic)) == [b"0", b"1", b"3"]
 
 
 @pytest.mark.parametrize("raised", [

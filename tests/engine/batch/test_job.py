@@ -70,14 +70,14 @@ def topics(kafka_bootstrap: str, unique_topic: str) -> Topics:
 
 
 def batch_config(directory: Path, topics: Topics, *, on_error: str = "dead-letter", item_records: int = 500,
-                 sql: str = SQL, transform: list[dict] | None = None) -> Path:
+                 sql: str = SQL, transform: list[dict] | None = None, sink: dict | None = None) -> Path:
     schema_path = directory / "order.schema.json"
     schema_path.write_bytes(orjson.dumps(SCHEMA))
     return write_config(directory, {
         "name": "orders-batch",
         "source": {"topic": topics.source, "format": "json", "schema": str(schema_path), "on_error": on_error},
         "transform": transform or [{"sql": sql}],
-        "sink": {"topic": topics.sink, "format": "json"},
+        "sink": {"topic": topics.sink, "format": "json", **(sink or {})},
         "dead_letter": {"topic": topics.dlq},
         "checkpoint": {"dir": str(directory / "state")},
         "batch": {"item_records": item_records},
@@ -261,6 +261,23 @@ def test_poison_record_with_on_error_halt_stops_the_job_without_committing_its_i
         assert census.counts["reserved"] == 1 and not store.is_exhausted("halting")
     only_partition_0 = kept([i for i in range(SMALL) if i % PARTITIONS == 0])  # partition 0 came first
     assert_exactly_once(kafka_bootstrap, topics.sink, topics.dlq, only_partition_0)
+
+
+def test_a_row_the_sink_schema_cannot_hold_is_dead_lettered_and_its_item_completes(
+        kafka_bootstrap: str, topics: Topics, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An id beyond an Avro int: the transformed row goes to the dead-letter topic as JSON, the others out."""
+    sink_schema = tmp_path / "out.avsc"
+    sink_schema.write_bytes(orjson.dumps({"type": "record", "name": "Out", "fields": [
+        {"name": "id", "type": "int"}, {"name": "amount2", "type": "double"}]}))
+    config = batch_config(tmp_path, topics, sink={"format": "avro", "schema": str(sink_schema)})
+    produce_values(kafka_bootstrap, topics.source, [order(i) for i in (1, 2, 2**40, 3)], PARTITIONS)
+
+    code, _, err = batch_run(capsys, config, kafka_bootstrap, "unfit")
+
+    assert code == 0, err
+    [letter] = read_values(kafka_bootstrap, topics.dlq)
+    assert orjson.loads(letter or b"") == {"id": 2**40, "amount2": float(2**40 % 100) * 2}
+    assert len(read_values(kafka_bootstrap, topics.sink)) == 3
 
 
 # -- resume rules ----------------------------------------------------------------------------------------

@@ -630,6 +630,14 @@ def test_validate_reports_a_bad_sql_step_as_an_error_of_that_field(client: TestC
     assert "missing_column" in entry["value"]["errors"][0]
 
 
+def test_validate_reports_output_the_sink_format_cannot_write_as_an_error_of_the_sink(client: TestClient) -> None:
+    answer = client.put(VALIDATE, json=config(sink={"topic": "out", "format": "raw"})).json()
+    assert answer["error_count"] == 1
+    [entry] = answer["configs"]
+    assert entry["value"]["name"] == "sink"
+    assert "column value: the raw format writes the 'value' column" in entry["value"]["errors"][0]
+
+
 def test_validate_reports_every_unknown_key_and_counts_the_errors(client: TestClient,
                                                                   store: MemoryClusterStore) -> None:
     response = client.put(VALIDATE, json=config(source={**CONFIG["source"], "bogus": 1},
