@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from schemas.base import SchemaError
+
 MAX_TEXT_FILE_BYTES = 4 * 1024 * 1024
 """The largest config or schema file read (4 MiB): a hundred times the largest real one we know of (a
 generated Avro schema of a few thousand fields is about 300 KiB), small enough that a wrong file is refused
 before it is parsed."""
 
 
-class TextFileError(ValueError):
-    """A file that should be text could not be read as text; the message names the file and the problem."""
+class TextFileError(SchemaError):
+    """A file that should be text could not be read as text; the message names the file and the problem. A
+    configuration error, like every ``SchemaError``: the command line's one line and exit code 2."""
 
 
 def read_text_file(path: Path, what: str, limit: int = MAX_TEXT_FILE_BYTES) -> str:
