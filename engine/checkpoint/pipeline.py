@@ -563,10 +563,16 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                 for partition, offset in cut.offsets.items()]
 
     def _dead_letter_totals(self, source: str, cut: SourceCheckpoint) -> dict[int, int]:
-        """Per partition of the cut: its dead letters in committed epochs plus those of the open epoch."""
+        """Per partition of the cut: its dead letters in committed epochs plus those of the open epoch. A
+        transform's row the sink's format refused comes from no source partition (its dead letter names the
+        sink topic, partition -1); its count rides on the main source's first partition in the cut, so the
+        connector's committed total still counts every dead letter."""
         committed = self._committed_dead_letters.get(source, {})
-        return {partition: committed.get(partition, 0) + self._epoch.dead_letters[(cut.topic, partition)]
-                for partition in cut.offsets}
+        totals = {partition: committed.get(partition, 0) + self._epoch.dead_letters[(cut.topic, partition)]
+                  for partition in cut.offsets}
+        if source == SOURCE_NAME and totals:
+            totals[min(totals)] += self._epoch.unattributed_dead_letters
+        return totals
 
     def abandon_checkpoint_attempt(self, attempt: CheckpointAttempt | None,
                                    reason: str) -> Mapping[str, SourceCheckpoint]:

@@ -29,6 +29,11 @@ class EpochCounts:
     def dead_lettered(self) -> int:
         return self.dead_letters.total()
 
+    @property
+    def unattributed_dead_letters(self) -> int:
+        """Dead letters of no source partition (a transform's row the sink refused: partition -1)."""
+        return sum(count for (_, partition), count in self.dead_letters.items() if partition < 0)
+
     def count_dead_letters(self, letters: Iterable[DeadLetter]) -> None:
         self.dead_letters.update((letter.topic, letter.partition) for letter in letters)
 

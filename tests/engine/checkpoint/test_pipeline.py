@@ -121,6 +121,32 @@ def test_each_partitions_committed_offset_carries_its_dead_letters_so_far_across
     assert len(read_dead_letters(kafka_bootstrap, f"{unique_topic}-dlq")) == 7
 
 
+def test_a_transformed_row_the_sink_refuses_is_counted_in_the_committed_dead_letters_too(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    """Such a row comes from no source partition (its dead letter names the sink topic); it still counts in
+    the connector's committed total, which equals the dead-letter topic read_committed."""
+    (tmp_path / "out.avsc").write_text(orjson.dumps({"type": "record", "name": "Out", "fields": [
+        {"name": "id", "type": "long"}, {"name": "amount", "type": "int"}]}).decode())
+    config = load_config(write_config(tmp_path, {
+        "name": f"pipeline-{unique_topic}",
+        "source": {"topic": f"{unique_topic}-in", "format": "json"},
+        "transform": {"sql": "SELECT id, CASE WHEN id % 100 = 7 THEN 1e12 ELSE amount END AS amount FROM input"},
+        "sink": {"topic": f"{unique_topic}-out", "format": "avro", "schema": str(tmp_path / "out.avsc")},
+        "dead_letter": {"topic": f"{unique_topic}-dlq"},
+        "checkpoint": {"interval": "200ms", "dir": str(tmp_path / "state")},
+    }))
+    for name in (config.source.topic, config.sink.topic, f"{unique_topic}-dlq"):
+        create_topic(kafka_bootstrap, name, PARTITIONS)
+    produce_values(kafka_bootstrap, config.source.topic,
+                   [orjson.dumps({"id": i, "amount": float(i)}) for i in range(300)], PARTITIONS)
+
+    run_to_the_end(kafka_bootstrap, config)
+
+    letters = read_dead_letters(kafka_bootstrap, f"{unique_topic}-dlq")
+    assert len(letters) == 3
+    assert sum(count or 0 for count in committed_dead_letters(kafka_bootstrap, config).values()) == 3
+
+
 def test_the_sources_open_while_the_fence_runs_and_join_the_group_only_after_it(
         kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
     """Recovery reads committed offsets only after ``init_transactions`` fenced the previous incarnation
