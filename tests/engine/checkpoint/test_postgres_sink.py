@@ -8,6 +8,7 @@ of the connector at the end.
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -21,7 +22,7 @@ from engine.config import load_config
 from engine.testing.postgres import ThrowawayPostgres, no_postgres_reason, postgres_bin_dir
 from engine.validation import validate_online
 from tests.helpers.accounting import assert_dead_letters, count_problems
-from tests.helpers.connector_process import Connector, produce_values, start_connector, write_config
+from tests.helpers.connector_process import Connector, LiveInput, produce_values, start_connector, write_config
 
 RECORDS = 3_000
 PARTITIONS = 3
@@ -61,7 +62,7 @@ def pipeline(kafka_bootstrap: str, unique_topic: str, postgres_dsn: str, tmp_pat
         "dead_letter": {"topic": dlq},
         "checkpoint": {"interval": "300ms", "dir": str(tmp_path / "state")},
     })
-    return {"config": config, "table": table, "dlq": dlq, "name": name}
+    return {"config": config, "table": table, "dlq": dlq, "name": name, "source": source}
 
 
 def table_ids(dsn: str, table: str) -> Counter[int]:
@@ -81,12 +82,12 @@ def finish(config: Path, bootstrap: str) -> Connector:
     return final
 
 
-def assert_every_input_once(bootstrap: str, dsn: str, pipeline: dict[str, object]) -> None:
+def assert_every_input_once(bootstrap: str, dsn: str, pipeline: dict[str, object], records: int = RECORDS) -> None:
     letters = assert_dead_letters(bootstrap, str(pipeline["dlq"]), {REFUSED_ID: "violates check constraint"},
                                   stage="sink")
     dead_lettered = Counter(i for letter in letters for i in letter.ids)
     in_table = table_ids(dsn, str(pipeline["table"]))
-    problems = count_problems(in_table + dead_lettered, Counter(range(RECORDS)), "table rows + dead letters")
+    problems = count_problems(in_table + dead_lettered, Counter(range(records)), "table rows + dead letters")
     assert not problems, "\n".join(problems)
     assert REFUSED_ID not in in_table
     assert prepared_of(dsn, str(pipeline["name"])) == [], "a prepared epoch was left behind"
@@ -116,6 +117,27 @@ def test_a_kill_at_each_moment_of_the_two_phase_commit_loses_and_duplicates_noth
 
     finish(config, kafka_bootstrap)
     assert_every_input_once(kafka_bootstrap, postgres_dsn, pipeline)
+
+
+def test_random_kills_while_the_input_streams_in_lose_and_duplicate_nothing(
+        kafka_bootstrap: str, postgres_dsn: str, pipeline: dict[str, object]) -> None:
+    """Runs killed by injected faults at the three moments or by a SIGKILL at a random time, while more input
+    streams in; the last run finishes the input."""
+    config: Path = pipeline["config"]  # type: ignore[assignment]
+    more = LiveInput(kafka_bootstrap, str(pipeline["source"]), [order(i) for i in range(RECORDS, 2 * RECORDS)],
+                     PARTITIONS, seconds=12.0)
+    rng = random.Random(5)
+    faulted = 0
+    for attempt in range(6):
+        run = start_connector(config, kafka_bootstrap, log_name=f"run{attempt}",
+                              faults="before-prepare:0.1,after-prepare:0.15,before-finish:0.15")
+        if not run.wait_for_exit(rng.uniform(3.0, 6.0)):
+            run.kill()
+        faulted += run.crashed_by_fault()
+    more.join()
+    finish(config, kafka_bootstrap)
+    assert_every_input_once(kafka_bootstrap, postgres_dsn, pipeline, records=2 * RECORDS)
+    assert faulted >= 1, "no run died at a moment of the two-phase commit"
 
 
 def test_a_server_without_prepared_transactions_stops_the_run_with_one_line_naming_the_setting(
