@@ -20,7 +20,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -83,7 +83,6 @@ class RefusedRow:
     reason: str
 
 
-@runtime_checkable
 class ExternalSink(Protocol):
     """A sink beyond Kafka, driven through each epoch by the pipeline in this order:
 

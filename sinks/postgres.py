@@ -235,7 +235,7 @@ class PostgresSink(ExternalSink):
         caused is ``RowsRefused``, any other the ``PostgresSinkError``/``SinkMisconfigured`` it means."""
         sql = self._sql
         names = sql.SQL(", ").join(map(sql.Identifier, columns))
-        with self._errors_named(), self._connection.cursor() as cursor:
+        with self._errors_named(rows_may_be_refused=True), self._connection.cursor() as cursor:
             if self.settings.mode == "append":
                 with cursor.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(self._table, names)) as copy:
                     for row in values:
@@ -316,15 +316,17 @@ class PostgresSink(ExternalSink):
         return row[0]
 
     @contextmanager
-    def _errors_named(self) -> Iterator[None]:
-        """psycopg's errors as what they mean here, in one line naming the table."""
+    def _errors_named(self, rows_may_be_refused: bool = False) -> Iterator[None]:
+        """psycopg's errors as what they mean here, in one line naming the table. Only writing rows can have
+        rows refused; the same error elsewhere (a deferred constraint failing at ``PREPARE``) fails the
+        epoch."""
         import psycopg
 
         try:
             yield
         except psycopg.Error as error:
             state = error.sqlstate or ""
-            if state.startswith(ROW_ERROR_CLASSES):
+            if rows_may_be_refused and state.startswith(ROW_ERROR_CLASSES):
                 raise RowsRefused(first_line(error)) from error
             if isinstance(error, psycopg.errors.InsufficientPrivilege | psycopg.errors.UndefinedTable
                           | psycopg.errors.UndefinedColumn | psycopg.errors.InvalidColumnReference):

@@ -205,8 +205,8 @@ class KafkaWriter:
         missing topic, as the first record produced to it would."""
         topics = [(topic, role) for topic, role in ((self.settings.topic, "sink"),
                                                     (self.settings.dead_letter_topic, "dead letters")) if topic]
-        for topic, role in (topics * 2)[:2]:
-            self._check_topic(topic, role)
+        for topic, role in (topics * 2)[:2]:  # two requests, also for one topic; none for a producer without
+            self._check_topic(topic, role)    # topics (an external sink's epochs, no dead-letter topic)
 
     def _check_topic(self, topic: str, role: str) -> None:
         where = f"{role}: topic {topic!r} on {self.bootstrap}"

@@ -17,7 +17,7 @@ import pytest
 
 from engine.testing.postgres import ThrowawayPostgres, no_postgres_reason, postgres_bin_dir
 from sinks import Guarantee, SinkAssignment, SinkMisconfigured, SinkSettingsError
-from sinks.postgres import PostgresSink, parse_settings, postgres_type
+from sinks.postgres import PostgresSink, PostgresSinkError, parse_settings, postgres_type
 
 
 @pytest.fixture
@@ -140,6 +140,21 @@ def test_a_row_postgresql_refuses_comes_back_and_the_others_commit(postgres_dsn:
     assert [row.index for row in refused] == [3]
     assert "check constraint" in refused[0].reason and table in refused[0].reason
     assert [row[0] for row in table_rows(postgres_dsn, table)] == [0, 1, 2, 4, 5]
+
+
+def test_a_constraint_failing_only_at_prepare_fails_the_epoch_and_leaves_nothing(postgres_dsn: str,
+                                                                                table: str) -> None:
+    with psycopg.connect(postgres_dsn, autocommit=True) as connection:
+        connection.execute(f"CREATE TABLE {table} (id bigint UNIQUE DEFERRABLE INITIALLY DEFERRED, name text)")
+    sink = make_sink(postgres_dsn, table)
+    assert sink.write(rows(range(2))) == [] and sink.write(rows(range(1, 2))) == []  # deferred: not yet refused
+    with pytest.raises(PostgresSinkError, match=f"table '{table}': duplicate key") as caught:
+        sink.prepare(1)
+    assert "\n" not in str(caught.value)
+    sink.abort(1)
+    sink.close()
+    assert table_rows(postgres_dsn, table) == []
+    assert prepared(postgres_dsn, table) == []
 
 
 def test_a_missing_table_is_one_line_naming_it(postgres_dsn: str, table: str) -> None:
