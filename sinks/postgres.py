@@ -137,6 +137,7 @@ class PostgresSink(ExternalSink):
         self._sql = sql
         self._table = sql.Identifier(*settings.table.split("."))
         self._connection: Any = None
+        self._connector_prefix = ""
         self._gid_prefix = ""
         self._in_transaction = False
         self._prepared: str | None = None
@@ -151,7 +152,8 @@ class PostgresSink(ExternalSink):
         write it."""
         import psycopg
 
-        self._gid_prefix = f"{GID_PREFIX}:{assignment.connector}:{assignment.instance}:"
+        self._connector_prefix = f"{GID_PREFIX}:{assignment.connector}:"
+        self._gid_prefix = f"{self._connector_prefix}{assignment.instance}:"
         if len(self._gid_prefix.encode()) + 20 > MAX_GID_BYTES:
             raise SinkMisconfigured(f"connector and instance names are too long for a PostgreSQL prepared "
                                     f"transaction id ({MAX_GID_BYTES} bytes at most): {self._gid_prefix!r}")
@@ -188,16 +190,28 @@ class PostgresSink(ExternalSink):
                                         f"(GRANT {privilege} ON {self.settings.table} TO ...)")
 
     def recover(self, last_committed_checkpoint_id: int | None) -> None:
-        """Commit this instance's prepared epochs up to the last committed checkpoint, roll back the rest."""
-        gids = [row[0] for row in self._execute(
+        """Commit this instance's prepared epochs up to the last committed checkpoint, roll back the rest.
+
+        Another instance's prepared epochs are left to it (it may be alive and about to commit one), and
+        named in a warning: one whose instance never starts again (its state directory, which keeps its
+        name, was lost) holds its locks until an operator resolves it."""
+        connector_gids = [row[0] for row in self._execute(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
-            (self._gid_prefix,)).fetchall()]
-        for gid in gids:
-            checkpoint_id = int(gid.removeprefix(self._gid_prefix))
-            committed = last_committed_checkpoint_id is not None and checkpoint_id <= last_committed_checkpoint_id
-            self._execute(self._sql.SQL("COMMIT PREPARED {}" if committed else "ROLLBACK PREPARED {}").format(
-                self._sql.Literal(gid)))
-            log.info("prepared epoch resolved", extra={"gid": gid, "committed": committed})
+            (self._connector_prefix,)).fetchall()]
+        others = [gid for gid in connector_gids if not gid.startswith(self._gid_prefix)]
+        if others:
+            log.warning("prepared epochs of other instances of this connector are left to them", extra={
+                "gids": others})
+        for gid in connector_gids:
+            if gid not in others:
+                self._resolve(gid, last_committed_checkpoint_id)
+
+    def _resolve(self, gid: str, last_committed_checkpoint_id: int | None) -> None:
+        checkpoint_id = int(gid.removeprefix(self._gid_prefix))
+        committed = last_committed_checkpoint_id is not None and checkpoint_id <= last_committed_checkpoint_id
+        self._execute(self._sql.SQL("COMMIT PREPARED {}" if committed else "ROLLBACK PREPARED {}").format(
+            self._sql.Literal(gid)))
+        log.info("prepared epoch resolved", extra={"gid": gid, "committed": committed})
 
     # -- one epoch -------------------------------------------------------------------------------------
     def write(self, batch: pa.Table) -> list[RefusedRow]:

@@ -81,7 +81,8 @@ def test_an_aborted_epoch_leaves_nothing_prepared_or_written(postgres_dsn: str, 
     assert prepared(postgres_dsn, table) == []
 
 
-def test_recover_commits_what_kafka_committed_and_rolls_back_the_rest(postgres_dsn: str, table: str) -> None:
+def test_recover_commits_what_kafka_committed_and_rolls_back_the_rest(postgres_dsn: str, table: str,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     first = make_sink(postgres_dsn, table)
     first.write(rows(range(3)))
     first.prepare(1)
@@ -98,6 +99,8 @@ def test_recover_commits_what_kafka_committed_and_rolls_back_the_rest(postgres_d
     make_sink(postgres_dsn, table).recover(2)
     assert [row[0] for row in table_rows(postgres_dsn, table)] == list(range(6))
     assert prepared(postgres_dsn, table) == [f"epochline:conn-{table}:i1:2"]
+    warned = [record for record in caplog.records if "other instances" in record.getMessage()]
+    assert [record.gids for record in warned] == [[f"epochline:conn-{table}:i1:2"]]  # type: ignore[attr-defined]
 
     make_sink(postgres_dsn, table, instance="i1").recover(1)  # Kafka committed only up to 1 for i1
     assert [row[0] for row in table_rows(postgres_dsn, table)] == list(range(6))
