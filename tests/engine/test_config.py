@@ -168,6 +168,13 @@ def test_a_sink_config_mistake_names_the_sink_setting(tmp_path: Path, sink: dict
         load_config(write(tmp_path, sink=sink))
 
 
+def test_the_postgres_example_validates_offline() -> None:
+    result = subprocess.run([sys.executable, "-m", "engine.cli", "validate", str(EXAMPLES / "orders-to-postgres.yaml")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "orders -> postgres sink, exactly-once" in result.stdout
+
+
 def test_a_batch_job_refuses_an_external_sink(tmp_path: Path) -> None:
     path = write(tmp_path, sink={"type": "postgres", "dsn": "postgresql://h/db", "table": "t"})
     with pytest.raises(ConfigError, match="sink.type: a batch job commits its items to Kafka"):
