@@ -16,11 +16,14 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from connectors.metadata import TIMESTAMP
 from connectors.source import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_RECORDS
@@ -29,6 +32,7 @@ from engine.names import check_name
 from schemas import FormatSpec
 from schemas.factory import FormatName, SubjectStrategy
 from schemas.text_files import TextFileError, read_text_file
+from sinks.api import SinkSettingsError, sink_plugin
 
 
 class ConfigError(ValueError):
@@ -143,6 +147,9 @@ transactional call, ``sinks.transactional.wedged_after_s``), and a transactional
 
 
 class SinkConfig(FormatConfig):
+    """The Kafka sink (``type: kafka``, the default): rows to a topic in the epoch's transaction."""
+
+    type: Literal["kafka"] = "kafka"
     delivery: Literal["exactly-once", "at-least-once"] = "exactly-once"
     key: str | None = None  # a column whose value becomes the record key
     include_metadata: list[str] = []  # __kafka_* columns to keep in the output
@@ -156,6 +163,48 @@ class SinkConfig(FormatConfig):
             raise ValueError(f"sink.producer may not set {taken}: epochline sets them (the transactional id from "
                              f"the connector and instance names, the timeout from sink.transaction_timeout)")
         return self
+
+
+class ExternalSinkConfig(BaseModel):
+    """A sink beyond Kafka (``sink: {type: postgres, ...}``): its plugin (``sinks.api.sink_plugin``) checks
+    every other key. The epoch's Kafka transaction still carries the offsets, dead letters and changelogs,
+    so ``transaction_timeout`` and ``producer`` mean what they mean for the Kafka sink; the rows commit
+    exactly once by two-phase commit behind it."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str
+    transaction_timeout: DurationMs = 10_000
+    producer: dict[str, str] = {}
+
+    @property
+    def delivery(self) -> Literal["exactly-once"]:
+        """The Kafka side of the epoch is always transactional: it is the external sink's decision."""
+        return "exactly-once"
+
+    @property
+    def settings(self) -> dict[str, object]:
+        """The plugin's settings: every key but the ones above."""
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _plugin_accepts_settings(self) -> ExternalSinkConfig:
+        """The plugin's own words, without pydantic's "Value error, " before them."""
+        try:
+            sink_plugin(self.type).check_settings(self.settings)
+        except SinkSettingsError as error:
+            raise PydanticCustomError("sink_settings", "{problem}", {"problem": str(error)}) from None
+        return self
+
+
+def _sink_type(data: Any) -> str:
+    """``kafka`` (the default) or ``external``: which model a ``sink`` mapping is checked by."""
+    kind = data.get("type", "kafka") if isinstance(data, dict) else getattr(data, "type", "kafka")
+    return "kafka" if kind == "kafka" else "external"
+
+
+AnySinkConfig = Annotated[Annotated[SinkConfig, Tag("kafka")] | Annotated[ExternalSinkConfig, Tag("external")],
+                          Discriminator(_sink_type)]
 
 
 class DeadLetterConfig(_Strict):
@@ -199,7 +248,7 @@ class ConnectorConfig(_Strict):
     name: Annotated[str, AfterValidator(check_name)]
     source: SourceConfig
     transform: list[StepConfig] = []
-    sink: SinkConfig
+    sink: AnySinkConfig
     dead_letter: DeadLetterConfig | None = None
     late_rows: Literal["drop", "dead-letter"] = "dead-letter"
     on_transform_error: Literal["halt", "dead-letter"] | None = None  # default: by sink.delivery
@@ -274,14 +323,35 @@ class ConnectorConfig(_Strict):
         return self._base_dir
 
     @property
+    def sink_target(self) -> str:
+        """Where rows go, as logs and ``validate`` name it: the Kafka topic, or the external sink's type."""
+        return self.sink.topic if isinstance(self.sink, SinkConfig) else f"{self.sink.type} sink"
+
+    @property
+    def kafka_sink(self) -> SinkConfig | None:
+        """The sink as a Kafka topic, or None when the rows go to an external sink."""
+        return self.sink if isinstance(self.sink, SinkConfig) else None
+
+    @property
     def group_id(self) -> str:
         """The consumer group whose committed offsets (with checkpoint ids) are the pipeline's progress."""
         return f"epochline-{self.name}"
 
 
+SINK_TAGS = ("kafka", "external")
+"""The tags ``AnySinkConfig`` puts in an error's location after ``sink``: not keys of the config."""
+
+
 def _field_problems(error: ValidationError) -> list[tuple[str, str]]:
-    return [(".".join(str(part) for part in problem["loc"]) or "(top level)",
+    return [(".".join(str(part) for part in _config_location(problem["loc"])) or "(top level)",
              "unknown key" if problem["type"] == "extra_forbidden" else problem["msg"]) for problem in error.errors()]
+
+
+def _config_location(location: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """An error's location as the keys of the config: ``sink.kafka.topic`` is ``sink.topic``."""
+    if location[:1] == ("sink",) and location[1:2] and location[1] in SINK_TAGS:
+        return location[:1] + location[2:]
+    return location
 
 
 def invalid_config(problems: list[tuple[str, str]], where: Path | str) -> ConfigError:
@@ -300,7 +370,10 @@ def _batch_only_problems(config: ConnectorConfig, batch: bool) -> list[tuple[str
     if batch:
         problems = [(f"transform.{index}.window", "window steps are not supported in batch jobs (use sql or python)")
                     for index, step in enumerate(config.transform) if step.window is not None]
-        if config.sink.delivery != "exactly-once":
+        if not isinstance(config.sink, SinkConfig):
+            problems.append(("sink.type", f"a batch job commits its items to Kafka; sink type "
+                                          f"{config.sink.type!r} is for streaming runs (epochline run) only"))
+        elif config.sink.delivery != "exactly-once":
             problems.append(("sink.delivery", "a batch job commits every item in a Kafka transaction, "
                                               "so only exactly-once is supported"))
         return problems

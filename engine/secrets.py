@@ -20,6 +20,7 @@ SECRET_KEY_WORDS = ("password", "secret", "token", "credential", "private.key", 
 """Words that make a key secret-looking: passwords, SASL (``sasl.jaas.config``) and OAuth settings, key
 material (``ssl.keystore.key``, PEM keys) and a registry's ``basic.auth.user.info`` (``user:password``)."""
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+_PASSWORD_PARAMETER = re.compile(r"(\bpassword\s*=\s*)(\$\{[^}]*\}|[^&\s]+)", re.IGNORECASE)
 REDACTED = "[redacted]"
 
 
@@ -55,8 +56,11 @@ def redacted_tree(value: Any, key: str = "") -> Any:
 
 
 def without_url_credentials(text: str) -> str:
-    """``text`` with the ``user:password@`` of every URL in it redacted (error messages name registry URLs)."""
-    return _URL_CREDENTIALS.sub("://[redacted]@", text)
+    """``text`` with the ``user:password@`` of every URL in it redacted (error messages name registry URLs),
+    and every ``password=`` value that is not a reference (a PostgreSQL DSN's query string or keywords)."""
+    text = _URL_CREDENTIALS.sub("://[redacted]@", text)
+    return _PASSWORD_PARAMETER.sub(lambda match: match.group(0) if _REFERENCE.fullmatch(match.group(2))
+                                   else f"{match.group(1)}{REDACTED}", text)
 
 
 def _lookup(kind: str, target: str, base_dir: Path | None) -> str:

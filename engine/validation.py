@@ -29,9 +29,11 @@ from engine.config import (
     parse_config,
     read_config_file,
 )
+from engine.secrets import SecretReferenceError
 from engine.transforms import OperatorConfigError
-from engine.wiring import check_sink_types, client_config, input_schema, steps_chain
+from engine.wiring import build_external_sink, check_sink_types, client_config, input_schema, steps_chain
 from schemas import Format, SchemaError, make_format
+from sinks import SinkAssignment, SinkError
 
 OFFLINE_FAILURES = (SchemaError, OperatorConfigError)
 _STEP_NAME = re.compile(r"step(\d+)-(sql|python|window)")
@@ -61,7 +63,7 @@ def checked_config(path: Path, *, batch: bool = False) -> ConnectorConfig:
         if more:
             raise invalid_config(error.problems + more, path) from None
         raise
-    problems = _offline_problems(_Sections(config.source, config.transform, config.sink, config.base_dir))
+    problems = _offline_problems(_Sections(config.source, config.transform, config.kafka_sink, config.base_dir))
     if problems:
         raise invalid_config(problems, path)
     return config
@@ -134,13 +136,37 @@ def _valid(model: type[ModelT], data: object) -> ModelT | None:
 
 
 def validate_online(config: ConnectorConfig, bootstrap: str) -> list[str]:
-    """Problems a run would hit on Kafka, one line each naming the topic or group and what is missing."""
+    """Problems a run would hit on Kafka and at an external sink, one line each naming the topic, group,
+    setting, table or privilege and what is missing."""
+    return _kafka_problems(config, bootstrap) + _external_sink_problems(config)
+
+
+def _external_sink_problems(config: ConnectorConfig) -> list[str]:
+    """What the external sink's ``open`` refuses (server settings, table, privileges): it writes nothing."""
+    try:
+        sink = build_external_sink(config)
+    except SecretReferenceError as error:
+        return [f"sink: {error}"]
+    if sink is None:
+        return []
+    try:
+        sink.open(SinkAssignment(config.name, "validate"))
+    except SinkError as error:
+        return [f"sink: {error}"]
+    finally:
+        sink.close()
+    return []
+
+
+def _kafka_problems(config: ConnectorConfig, bootstrap: str) -> list[str]:
     client = client_config(config)
     try:
         check_connection(bootstrap, client, config.kafka.connect_timeout / 1000)
     except KafkaUnreachable as error:
         return [str(error)]
-    needs = {config.source.topic: {"READ", "DESCRIBE"}, config.sink.topic: {"WRITE", "DESCRIBE"}}
+    needs = {config.source.topic: {"READ", "DESCRIBE"}}
+    if config.kafka_sink is not None:
+        needs[config.kafka_sink.topic] = {"WRITE", "DESCRIBE"}
     if config.dead_letter is not None:
         needs.setdefault(config.dead_letter.topic, set()).update({"WRITE", "DESCRIBE"})
     found = authorized_operations(bootstrap, list(needs), config.group_id, client)

@@ -15,13 +15,13 @@ from connectors.changelog import repartition_topic
 from connectors.metadata import with_metadata_fields
 from connectors.source import SourceSettings
 from engine import secrets
-from engine.config import ConnectorConfig, SinkConfig, SourceConfig, StepConfig
+from engine.config import ConnectorConfig, ExternalSinkConfig, SinkConfig, SourceConfig, StepConfig
 from engine.transforms import Operator, OperatorChain, PythonOperator, SqlOperator, WindowOperator, WindowSpec
 from engine.transforms import build_chain as chain_of
 from engine.transforms.database import open_database_soon
 from schemas import Format, FormatSpec, SchemaError, make_format
 from schemas.compatibility import sink_problems
-from sinks import AtLeastOnceKafkaSink, Sink, SinkSettings, TransactionalKafkaSink
+from sinks import AtLeastOnceKafkaSink, ExternalSink, Sink, SinkSettings, TransactionalKafkaSink, sink_plugin
 from sinks.writer import written_columns
 
 SOURCE_NAME = "source"
@@ -102,14 +102,16 @@ def repartition_source_settings(source: SourceSettings, config: ConnectorConfig)
 
 
 def sink_settings(config: ConnectorConfig, transactional_id: str, group_id: str) -> SinkSettings:
-    sink = config.sink
+    """The Kafka side of the epoch; with an external sink it has no output topic, only what always commits
+    in the Kafka transaction (offsets, dead letters, changelogs)."""
+    sink, kafka = config.sink, config.kafka_sink
     return SinkSettings(
-        topic=sink.topic,
+        topic=kafka.topic if kafka else None,
         transactional_id=transactional_id,
         group_id=group_id,
         dead_letter_topic=config.dead_letter.topic if config.dead_letter else None,
-        key_column=sink.key,
-        include_metadata=tuple(sink.include_metadata),
+        key_column=kafka.key if kafka else None,
+        include_metadata=tuple(kafka.include_metadata) if kafka else (),
         transaction_timeout_ms=sink.transaction_timeout,
         producer_config={**client_config(config), **sink.producer},
         client_config=client_config(config),
@@ -120,8 +122,9 @@ def source_format(config: ConnectorConfig) -> Format:
     return make_format(config.source.format_spec(config.base_dir))
 
 
-def sink_format(config: ConnectorConfig) -> Format:
-    return make_format(config.sink.format_spec(config.base_dir))
+def sink_format(config: ConnectorConfig) -> Format | None:
+    """How the Kafka sink encodes rows; None when rows go to an external sink."""
+    return make_format(config.kafka_sink.format_spec(config.base_dir)) if config.kafka_sink else None
 
 
 def check_sink_types(sink: SinkConfig, output: pa.Schema, value_format: Format) -> None:
@@ -137,13 +140,24 @@ def check_sink_types(sink: SinkConfig, output: pa.Schema, value_format: Format) 
 
 def build_sink(config: ConnectorConfig, bootstrap: str, *, transactional_id: str, group_id: str,
                before_commit: Callable[[], None] | None = None, value_format: Format | None = None) -> Sink:
-    """The sink ``sink.delivery`` asks for, writing ``value_format`` (the config's sink format unless given);
-    ``before_commit`` runs right before a transaction commits."""
+    """The Kafka sink ``sink.delivery`` asks for, writing ``value_format`` (the config's sink format unless
+    given); ``before_commit`` runs right before a transaction commits. With an external sink
+    (``build_external_sink``) this is the transactional producer its epochs commit by."""
     settings = sink_settings(config, transactional_id, group_id)
     value_format = value_format or sink_format(config)
     if config.sink.delivery == "exactly-once":
         return TransactionalKafkaSink(settings, bootstrap, value_format, before_commit)
     return AtLeastOnceKafkaSink(settings, bootstrap, value_format)
+
+
+def build_external_sink(config: ConnectorConfig) -> ExternalSink | None:
+    """The config's sink beyond Kafka, its settings' secret references (``${env:...}``, ``${file:...}``)
+    resolved now, as a client is about to be made; None for a Kafka sink."""
+    if not isinstance(config.sink, ExternalSinkConfig):
+        return None
+    settings = {key: secrets.resolve(value, config.base_dir) if isinstance(value, str) else value
+                for key, value in config.sink.settings.items()}
+    return sink_plugin(config.sink.type).create(settings)
 
 
 def input_schema(value_format: Format) -> pa.Schema | None:

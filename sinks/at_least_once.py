@@ -19,7 +19,7 @@ class AtLeastOnceKafkaSink(KafkaWriter):
     input, duplicating its output.
     """
 
-    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format):
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format | None):
         super().__init__(settings, bootstrap, value_format, {"enable.idempotence": True})
 
     def start(self) -> None:

@@ -48,6 +48,11 @@ class SinkTopicMissing(SinkFatal):
     on demand: permanent until an operator creates it."""
 
 
+class SinkMisconfigured(SinkFatal):
+    """An external sink's target cannot take the connector's rows as configured (a server setting, a missing
+    table or privilege): permanent until an operator changes it; the message names what to change."""
+
+
 class CallInterrupted(SinkError):
     """A stop was requested while a call was being retried: nothing was committed by it."""
 

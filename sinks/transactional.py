@@ -69,7 +69,7 @@ class TransactionalKafkaSink(KafkaWriter):
     ``commit_transaction``: the worst moment to crash, where crash tests inject one (``engine.testing.faults``).
     """
 
-    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format,
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format | None,
                  before_commit: Callable[[], None] | None = None):
         super().__init__(settings, bootstrap, value_format, {
             "transactional.id": settings.transactional_id,
@@ -90,9 +90,9 @@ class TransactionalKafkaSink(KafkaWriter):
         self._rows_this_epoch |= table.num_rows > 0
         if self._native is None or not self._rows_proven or table.num_rows == 0:
             return super().write(table)
-        topic = self.settings.topic
+        topic, value_format = self._output()
         total = Produced(0, 0)
-        for values, keys, unwritten in encode_columns(table, self._format, self.settings):
+        for values, keys, unwritten in encode_columns(table, value_format, self.settings):
             with self._refused_as_sink_error(f"producing to topic {topic!r}"):
                 produce_column(self._native, self.producer, topic, values, keys)
             total = total + produced_column(values, unwritten)

@@ -37,7 +37,9 @@ TOPIC_RECHECK_S = 0.2
 
 @dataclass(frozen=True)
 class SinkSettings:
-    topic: str
+    topic: str | None
+    """The output topic; None when the rows go to an external sink and only offsets, dead letters and
+    changelogs go through this producer."""
     transactional_id: str
     group_id: str
     dead_letter_topic: str | None = None
@@ -231,7 +233,8 @@ class KafkaWriter:
     flush, before any offset that covers it is committed.
     """
 
-    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format, extra: dict[str, object]):
+    def __init__(self, settings: SinkSettings, bootstrap: str, value_format: Format | None,
+                 extra: dict[str, object]):
         self.settings = settings
         self.bootstrap = bootstrap
         self._format = value_format
@@ -259,9 +262,10 @@ class KafkaWriter:
         a transactional start waits on before it asks for its producer id (``TransactionalKafkaSink.start``).
         On a broker that creates topics on demand (``auto.create.topics.enable``), the request creates a
         missing topic, as the first record produced to it would."""
-        self._check_topic(self.settings.topic, "sink")
-        self._check_topic(self.settings.dead_letter_topic or self.settings.topic,
-                          "dead letters" if self.settings.dead_letter_topic else "sink")
+        topics = [(topic, role) for topic, role in ((self.settings.topic, "sink"),
+                                                    (self.settings.dead_letter_topic, "dead letters")) if topic]
+        for topic, role in (topics * 2)[:2]:  # two requests, also for one topic; none for a producer without
+            self._check_topic(topic, role)    # topics (an external sink's epochs, no dead-letter topic)
 
     def _check_topic(self, topic: str, role: str) -> None:
         where = f"{role}: topic {topic!r} on {self.bootstrap}"
@@ -296,9 +300,17 @@ class KafkaWriter:
         """Encode and produce every row; returns how many records (and value bytes) went to the producer."""
         if table.num_rows == 0:
             return Produced(0, 0)
-        values, keys, unwritten = encode_rows(table, self._format, self.settings)
-        self._produce(self.settings.topic, values, keys)
+        topic, value_format = self._output()
+        values, keys, unwritten = encode_rows(table, value_format, self.settings)
+        self._produce(topic, values, keys)
         return produced(values, unwritten)
+
+    def _output(self) -> tuple[str, Format]:
+        """The output topic and its format; a producer made for an external sink's epochs has neither."""
+        if self.settings.topic is None or self._format is None:
+            raise SinkError("rows written to a Kafka producer that has no output topic (the connector's sink "
+                            "is not Kafka)")
+        return self.settings.topic, self._format
 
     def _produce(self, topic: str, values: list[bytes | None], keys: list[bytes | None] | None = None,
                  headers: list[Headers] | None = None) -> None:

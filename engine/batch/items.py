@@ -26,7 +26,7 @@ from engine.batch.errors import BatchHalted, BatchJobError
 from engine.batch.options import BatchOptions, kafka_id
 from engine.batch.plan import BatchItem
 from engine.batch.store import Outcome, Spend
-from engine.config import ConnectorConfig
+from engine.config import ConfigError, ConnectorConfig, SinkConfig
 from engine.transforms import OperatorRuntimeError
 from engine.wiring import (
     SOURCE_NAME,
@@ -135,9 +135,13 @@ class ItemProcessor:
         self.chain = build_chain(config)
         self._source_format = source_format(config)
         schema = input_schema(self._source_format)
-        value_format = sink_format(config)
+        kafka_sink, value_format = config.kafka_sink, sink_format(config)
+        if kafka_sink is None or value_format is None:  # the config's batch rules refuse it first
+            raise ConfigError(f"{config.name}: a batch job writes to a Kafka topic, not to sink type "
+                              f"{config.sink.type}")
+        self._sink_config: SinkConfig = kafka_sink
         if schema is not None:
-            check_sink_types(config.sink, self.chain.validate(schema), value_format)
+            check_sink_types(kafka_sink, self.chain.validate(schema), value_format)
         else:
             self.chain.check_without_schema()
         crash_point = options.crash_point
@@ -214,7 +218,7 @@ class ItemProcessor:
         if not written.unwritten:
             return []
         return unwritten_dead_letters(output, written.unwritten, source_topic=self.topic,
-                                      source_format=self._source_format, sink_topic=self.config.sink.topic)
+                                      source_format=self._source_format, sink_topic=self._sink_config.topic)
 
     def _stop_item(self, item: BatchItem, problem: str, what: str, spend: Spend) -> ItemResult:
         """Abort the item's transaction; fail the item (``fail-item``) or halt the job (``halt``)."""

@@ -27,7 +27,9 @@ The steps of one epoch N, and the function that does each:
    per source with the consumer's group metadata read now (a member whose partitions moved is refused) and
    ``epochline:checkpoint=N;instance=I;event_time=T;at=MS;dead_letters=D`` (``connectors.offset_metadata``;
    ``D`` counts the partition's dead letters of every committed epoch, this one's included),
-   ``commit_transaction``. When it returns, epoch N exists; nothing before counts.
+   ``commit_transaction``. When it returns, epoch N exists; nothing before counts. With a sink beyond Kafka
+   (``sinks.api.ExternalSink``) the step is two-phase: ``KafkaPipeline._prepare_external`` prepares the
+   sink's epoch under N first, the Kafka transaction decides, ``_finish_external`` publishes it after.
 6. **Abandon**: ``StreamingCoordinator._rewind`` → ``KafkaPipeline.abandon_checkpoint_attempt``: abort the
    transaction, give every owned partition back its committed keyed state (changelog) and event time, rewind
    every source to its committed offsets, burn N.
@@ -40,7 +42,9 @@ commits while the partitions are still owned (``revoked``); on loss it is abando
 **Start-up** (``KafkaPipeline.recover``): the sink's topics exist (``KafkaWriter.check_topics``; a missing
 one is permanent), then ``init_transactions`` with the instance's stable transactional.id fences its
 previous incarnation and aborts its open transaction; the instance's state directory lock is
-taken; the internal topics exist (changelogs, repartition); the sources subscribe. Unreadable offset
+taken; an external sink is opened and resolves what the previous incarnation left prepared by the checkpoint
+the committed offsets say this instance committed last (``_recover_external_sink``); the internal topics exist
+(changelogs, repartition); the sources subscribe. Unreadable offset
 metadata is a ``RecoveryError`` (``_epoch_named_by``).
 """
 

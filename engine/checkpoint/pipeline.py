@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Protocol, cast
 
+import orjson
 import pyarrow as pa
 from confluent_kafka import TopicPartition
 
@@ -24,7 +25,7 @@ from connectors.batch import SourceBatch
 from connectors.changelog import ChangelogError, ChangelogTimeout
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord, dead_letters_from_rows, unwritten_dead_letters
-from connectors.metadata import PARTITION, TIMESTAMP
+from connectors.metadata import KEY, OFFSET, PARTITION, TIMESTAMP, is_metadata_column
 from connectors.offset_metadata import CommittedEpoch, MalformedOffsetMetadata, checkpoint_metadata, committed_epoch
 from connectors.source import KafkaSource, PartitionListener, SourceSettings, SourceUnavailable
 from connectors.watermarks import WatermarkTracker, judge_event_time
@@ -59,6 +60,7 @@ from engine.wiring import (
     SOURCE_NAME,
     CrashPoint,
     build_chain,
+    build_external_sink,
     build_sink,
     check_sink_types,
     client_config,
@@ -68,7 +70,7 @@ from engine.wiring import (
     source_settings,
 )
 from schemas import Format
-from sinks import EpochAborted, KafkaWriter, OffsetCommit, OutgoingRecord, Sink
+from sinks import EpochAborted, KafkaWriter, OffsetCommit, OutgoingRecord, RefusedRow, Sink, SinkAssignment
 from sinks.writer import Unwritten
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,9 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self.sink = sink or build_sink(config, bootstrap, transactional_id=instance.transactional_id,
                                        group_id=config.group_id, before_commit=before_commit,
                                        value_format=self._sink_format)
+        self.external = build_external_sink(config)
+        """The sink beyond Kafka the rows go to, if any: it prepares before the Kafka commit, finishes after."""
+        self._crash_point = crash_point
         # A new owner's committed() waits while the old owner's transaction is open: up to its timeout.
         timeout = config.sink.transaction_timeout / 1000 + 10
         self._new_source = open_source or (lambda settings: KafkaSource(
@@ -190,11 +195,34 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._state_lock.acquire(timeout_s=self.config.checkpoint.timeout / 1000 * 2,  # ...then waits for it to exit
                                  interrupted=lambda: self._stop.requested)
         self._honour_stop("waiting for the previous instance to exit")
+        self._recover_external_sink()
         self.sink.begin_epoch()
         for source in self._sources.values():
             source.subscribe(self)
         self._observe_positions()
         return list(self._sources.values())
+
+    def _recover_external_sink(self) -> None:
+        """Open the external sink and resolve what this instance's previous incarnation left prepared, by
+        the checkpoint Kafka says this instance committed last. Only now: the fence has made sure that
+        incarnation can commit nothing more. (In group mode an instance's partitions may since have been
+        committed by another instance, hiding its last commit; the external sinks support single instances.)"""
+        if self.external is None:
+            return
+        self.external.open(SinkAssignment(self.config.name, self.instance.name))
+        self.external.recover(self._last_committed_by_this_instance())
+
+    def _last_committed_by_this_instance(self) -> int | None:
+        """The largest checkpoint id the committed offsets' metadata names with this instance."""
+        committed = self._sources[SOURCE_NAME].committed_metadata()
+        epochs = [committed_epoch(metadata) for _, metadata in committed.values()]
+        return max((epoch.checkpoint_id for epoch in epochs if epoch and epoch.instance == self.instance.name),
+                   default=None)
+
+    def _crash(self, moment: str) -> None:
+        """Crash tests' hook at a moment of the external sink's two-phase commit (``engine.testing.faults``)."""
+        if self._crash_point is not None:
+            self._crash_point(moment)
 
     def _open_sources(self) -> None:
         """Every source made and its topic described (a missing topic fails here), the internal topics
@@ -223,7 +251,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             output = self.chain.validate(schema)
         else:
             output = self.stages.after.validate(repartitioned_schema(self.stages.before.validate(schema)))
-        check_sink_types(self.config.sink, output, self._sink_format)
+        if self.config.kafka_sink is not None and self._sink_format is not None:
+            check_sink_types(self.config.kafka_sink, output, self._sink_format)
 
     def _keyed_states(self) -> dict[str, KeyedState]:
         """Operator name -> its state, partitioned like the config's source."""
@@ -479,16 +508,27 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self.sink.write_dead_letters(letters)
 
     def write_to_sinks(self, results: pa.Table | None) -> None:
+        """The cycle's rows to the sink (the external one, else the Kafka topic); rows it refuses become dead
+        letters of the epoch, or halt the connector with ``on_error: halt``."""
         if results is not None:
-            written = self.sink.write(results)
-            self.metrics.records_out(written.records, bytes_out=written.bytes)
-            self._epoch.records_out += written.records
-            if written.unwritten:
-                letters = self._unwritten_dead_letters(results, written.unwritten)
-                if self._source_settings[SOURCE_NAME].on_error == "halt":
-                    raise PoisonRecord(letters[0])
-                self._pending_dead_letters += letters
+            letters = self._write_rows(results)
+            if letters and self._source_settings[SOURCE_NAME].on_error == "halt":
+                raise PoisonRecord(letters[0])
+            self._pending_dead_letters += letters
         self._write_dead_letters()
+
+    def _write_rows(self, results: pa.Table) -> list[DeadLetter]:
+        if self.external is not None:
+            refused = self.external.write(results)
+            written, written_bytes = results.num_rows - len(refused), 0
+            letters = [self._refused_dead_letter(results, row) for row in refused]
+        else:
+            produced = self.sink.write(results)
+            written, written_bytes = produced.records, produced.bytes
+            letters = self._unwritten_dead_letters(results, produced.unwritten) if produced.unwritten else []
+        self.metrics.records_out(written, bytes_out=written_bytes)
+        self._epoch.records_out += written
+        return letters
 
     def _unwritten_dead_letters(self, results: pa.Table, unwritten: Sequence[Unwritten]) -> list[DeadLetter]:
         """Output rows the sink's format refused: the source records they are, or (after a repartition,
@@ -496,7 +536,17 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         return unwritten_dead_letters(
             results, unwritten, source_topic=self._source_settings[SOURCE_NAME].topic,
             source_format=self._sources[SOURCE_NAME].format if self.stages is None else None,
-            sink_topic=self.config.sink.topic)
+            sink_topic=self.config.kafka_sink.topic if self.config.kafka_sink is not None else "")
+
+    def _refused_dead_letter(self, results: pa.Table, refused: RefusedRow) -> DeadLetter:
+        """A row the external sink refused, as a dead letter: the output row in JSON, and where it came from
+        when the transform kept the Kafka metadata columns (partition and offset -1 otherwise)."""
+        row = results.slice(refused.index, 1).to_pylist()[0]
+        partition, offset = row.get(PARTITION, -1), row.get(OFFSET, -1)
+        value = orjson.dumps({name: value for name, value in row.items() if not is_metadata_column(name)},
+                             default=str)
+        return DeadLetter(topic=self._source_settings[SOURCE_NAME].topic, partition=partition, offset=offset,
+                          key=row.get(KEY), value=value, reason=refused.reason, stage="sink")
 
     def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None:
         bytes_in, self._cycle_bytes_in = self._cycle_bytes_in, 0
@@ -518,12 +568,14 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         checkpoint_id = attempt.checkpoint_id
         try:
             state_bytes = self._capture_keyed_state(checkpoint_id)
+            self._prepare_external(checkpoint_id)
             self.sink.commit_epoch([OffsetCommit(self._tagged(name, cut, checkpoint_id),
                                                  self._sources[name].consumer_group_metadata(),
                                                  self._sources[name].commit_offsets)
                                     for name, cut in source_checkpoints.items()])
         except EpochAborted as error:
             raise CheckpointAbandoned(f"checkpoint {checkpoint_id}: {error}") from error
+        self._finish_external(checkpoint_id)
         self._committed_id = checkpoint_id
         for name, cut in source_checkpoints.items():
             self._committed_cuts.setdefault(name, {}).update(cut.offsets)
@@ -540,6 +592,19 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             self.metrics.lag(source.name, source.lag())
         log.info("checkpoint committed", extra={"checkpoint_id": checkpoint_id, "state_bytes": state_bytes})
         self.sink.begin_epoch()
+
+    def _prepare_external(self, checkpoint_id: int) -> None:
+        """The external sink's epoch made durable before the Kafka commit decides it."""
+        if self.external is not None:
+            self._crash("before-prepare")
+            self.external.prepare(checkpoint_id)
+            self._crash("after-prepare")
+
+    def _finish_external(self, checkpoint_id: int) -> None:
+        """Kafka committed the epoch: the external sink publishes it (or the next start's recovery does)."""
+        if self.external is not None:
+            self._crash("before-finish")
+            self.external.commit(checkpoint_id)
 
     def _capture_keyed_state(self, checkpoint_id: int) -> int:
         """The changed partitions' state into their changelogs, inside the epoch's transaction."""
@@ -582,6 +647,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._pending_dead_letters.clear()
         self._epoch = EpochCounts()
         self.sink.abort_epoch()
+        if self.external is not None:
+            self.external.abort(attempt.checkpoint_id if attempt is not None else None)
         cuts = {}
         for name, source in self._sources.items():
             owned = source.owned()
@@ -624,6 +691,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
     def close_sinks(self) -> None:
         try:
             self.sink.close()
+            if self.external is not None:
+                self.external.close()
         finally:
             self._changelog.close()
             self._state_lock.release()

@@ -35,7 +35,7 @@ from engine.logs import set_context
 from engine.metrics import Metrics
 from engine.state import StateDirLocked
 from engine.wiring import SOURCE_NAME, CrashPoint, client_config, open_early
-from sinks import CallInterrupted, ProducerFenced, SinkError, SinkNotAuthorized, SinkTopicMissing
+from sinks import CallInterrupted, ProducerFenced, SinkError, SinkMisconfigured, SinkNotAuthorized, SinkTopicMissing
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,10 @@ class ConnectorFailed(RuntimeError):
 
 
 PERMANENT_FAILURES = (ProducerFenced, PipelineHalted, PoisonRecord, RecoveryError, StateDirLocked, TopicMissing,
-                      SourceNotAuthorized, SinkNotAuthorized, SinkTopicMissing)
+                      SourceNotAuthorized, SinkNotAuthorized, SinkTopicMissing, SinkMisconfigured)
 """Failures a restart would only repeat: fenced by a newer instance, poison input, state that cannot be
-restored, a missing topic (to read or to write), a refused permission."""
+restored, a missing topic (to read or to write), a refused permission, an external sink's target that cannot
+take the rows as configured."""
 MAX_RESTART_BACKOFF_S = 30.0
 
 
@@ -133,7 +134,7 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     except InstanceNameError as error:
         raise ConnectorFailed(f"{config.name}: {error}") from error
     set_context(connector=config.name, instance=instance.name)
-    log.info("connector starting", extra={"source": config.source.topic, "sink": config.sink.topic,
+    log.info("connector starting", extra={"source": config.source.topic, "sink": config.sink_target,
                                           "delivery": config.sink.delivery, "bootstrap": options.bootstrap})
     open_early(config)
     client = client_config(config)
@@ -182,7 +183,7 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
 
 
 def _create_missing_topics(config: ConnectorConfig, bootstrap: str, client: dict[str, str]) -> None:
-    topics = list(dict.fromkeys([config.source.topic, config.sink.topic,
+    topics = list(dict.fromkeys([config.source.topic, *([config.kafka_sink.topic] if config.kafka_sink else []),
                                  *([config.dead_letter.topic] if config.dead_letter else [])]))
     try:
         created = create_topics(bootstrap, topics, partitions=-1, timeout=config.kafka.connect_timeout / 1000,

@@ -54,7 +54,7 @@ def _validate(args: argparse.Namespace) -> int:
         if problems:
             raise CommandFailed("\n".join(f"{args.config}: {problem}" for problem in problems))
     checked = "config and Kafka" if args.online else "config"
-    print(f"{args.config}: ok ({checked}; {config.name}: {config.source.topic} -> {config.sink.topic}, "
+    print(f"{args.config}: ok ({checked}; {config.name}: {config.source.topic} -> {config.sink_target}, "
           f"{config.sink.delivery})")
     return 0
 

@@ -12,7 +12,8 @@ imports this package; the CLI loads its parts only for ``epochline broker`` and 
 - ``pipelines``: run ``epochline run --stop-at-end`` as a user would;
 - ``driver``: ``TransformTestDriver``, a connector's transform tested without Kafka, in milliseconds;
 - ``faults``: crash the process at a named moment of the protocol;
-- ``pytest_plugin``: the ``kafka_bootstrap`` fixture (entry point ``pytest11``);
+- ``pytest_plugin``: the ``kafka_bootstrap`` and ``postgres_dsn`` fixtures (entry point ``pytest11``);
+- ``postgres``: a throwaway PostgreSQL cluster from Debian's server binaries, prepared transactions enabled;
 - ``browser``: a page rendered by headless Chromium (Debian's), or driven in it by Playwright (clicks, dialogs,
   screenshots), for the worker's status page;
 - ``worker``: in-memory stand-ins for the worker cluster's topics and Kafka calls, for the API's specifications;

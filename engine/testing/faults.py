@@ -4,7 +4,9 @@ Why it exists: the exactly-once claim has to hold when a SIGKILL lands at the wo
 epoch's records are flushed and its offsets sent, before the commit). Random kills rarely hit that
 window, so crash tests set ``EPOCHLINE_TEST_FAULTS="between-flush-and-commit:0.3"`` (moment:probability,
 comma-separated) and the process kills itself there with that probability; ``moment:pause=2`` stalls
-there instead (a commit in flight while the test changes the group). The CLI loads this module only
+there instead (a commit in flight while the test changes the group). With an external sink (two-phase
+commit) there are three more moments: ``before-prepare``, ``after-prepare`` (prepared, before the Kafka
+commit) and ``before-finish`` (Kafka committed, the sink not yet). The CLI loads this module only
 when the variable is set and passes ``crash_point_from(spec)`` down as the runtime's ``crash_point``; the
 runtime itself never imports it.
 """

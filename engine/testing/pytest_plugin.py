@@ -30,6 +30,10 @@ Two more session fixtures cost extra JVMs, so they are opt-in: a test that uses 
   (``engine.testing.auth.ScramKafka``: ``.bootstrap``, ``.admin``, ``.create_principal(...)``).
 
 Every process they start is stopped by its recorded PID at the end of the session.
+
+``postgres_dsn`` (session-scoped) is a throwaway PostgreSQL cluster (``engine.testing.postgres``) with
+prepared transactions enabled, for tests of the PostgreSQL sink and batch stores; skipped, saying how to
+install the server, where there is none.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import pytest
 from engine.ports import free_port
 from engine.testing.auth import ScramKafka
 from engine.testing.local_broker import LocalBroker
+from engine.testing.postgres import DSN_VARIABLE, ThrowawayPostgres, no_postgres_reason, postgres_bin_dir
 
 if TYPE_CHECKING:
     from engine.testing.cluster import LocalCluster
@@ -272,6 +277,24 @@ def _epochline_cluster_whole(request: pytest.FixtureRequest) -> None:
 def kafka_scram(_epochline_brokers: _SessionBrokers) -> ScramKafka:
     """A local SASL/SCRAM-SHA-512 broker with enforced ACLs (tests using it must be marked ``auth``)."""
     return _epochline_brokers.scram()
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """``EPOCHLINE_TEST_POSTGRES_DSN``, else a throwaway cluster for the session (``engine.testing.postgres``)."""
+    configured = os.environ.get(DSN_VARIABLE)
+    if configured:
+        yield configured
+        return
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        pytest.skip(no_postgres_reason())
+    server = ThrowawayPostgres(bin_dir)
+    try:
+        server.start()
+        yield server.dsn
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -69,8 +69,8 @@ def inlined(path: Path, config: ConnectorConfig) -> dict[str, Any]:
     """The file's mapping with ``source.schema`` / ``sink.schema`` replaced by the schema they name (JSON
     Schema or Avro, both JSON), resolved relative to the config file as ``epochline run`` resolves them."""
     raw: dict[str, Any] = read_config_file(path)  # load_config just read and validated it
-    for section, settings in (("source", config.source), ("sink", config.sink)):
-        schema = schema_file(config, settings)
+    for section, settings in (("source", config.source), ("sink", config.kafka_sink)):
+        schema = schema_file(config, settings) if settings is not None else None
         if schema is not None:
             raw[section] = {**raw[section], "schema": read_schema(path, schema)}
     return raw

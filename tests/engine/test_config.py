@@ -140,3 +140,42 @@ def test_validate_command_accepts_the_example() -> None:
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "ok" in done.stdout
+
+
+def test_a_sink_without_a_type_is_kafka_and_type_kafka_says_the_same(tmp_path: Path) -> None:
+    implicit = load_config(write(tmp_path))
+    explicit = load_config(write(tmp_path, sink={"type": "kafka", "topic": "out"}))
+    assert implicit.kafka_sink is not None and implicit.kafka_sink == explicit.kafka_sink
+    assert implicit.sink_target == "out"
+
+
+def test_a_postgres_sink_is_checked_by_its_plugin_and_keeps_secret_references(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, sink={"type": "postgres", "dsn": "postgresql://u@h/db?password=${env:PW}",
+                                               "table": "orders", "mode": "upsert", "key": ["id"]}))
+    assert config.kafka_sink is None and config.sink_target == "postgres sink"
+    assert config.sink.delivery == "exactly-once"
+    assert config.sink.settings["dsn"] == "postgresql://u@h/db?password=${env:PW}"  # resolved only at run time
+
+
+@pytest.mark.parametrize(("sink", "expected"), [
+    ({"type": "postgres", "table": "t"}, "sink: .*dsn: a postgresql:// connection string is required"),
+    ({"type": "postgres", "dsn": "postgresql://h/db", "table": "t", "mode": "upsert"}, "sink: .*key: mode upsert"),
+    ({"type": "mongo", "uri": "x"}, "sink: .*unknown sink type 'mongo' .*epochline.sinks"),
+    ({"type": "kafka", "topic": "out", "table": "t"}, "sink.table: unknown key"),
+])
+def test_a_sink_config_mistake_names_the_sink_setting(tmp_path: Path, sink: dict, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config(write(tmp_path, sink=sink))
+
+
+def test_the_postgres_example_validates_offline() -> None:
+    result = subprocess.run([sys.executable, "-m", "engine.cli", "validate", str(EXAMPLES / "orders-to-postgres.yaml")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "orders -> postgres sink, exactly-once" in result.stdout
+
+
+def test_a_batch_job_refuses_an_external_sink(tmp_path: Path) -> None:
+    path = write(tmp_path, sink={"type": "postgres", "dsn": "postgresql://h/db", "table": "t"})
+    with pytest.raises(ConfigError, match="sink.type: a batch job commits its items to Kafka"):
+        load_config(path, batch=True)

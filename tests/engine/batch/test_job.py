@@ -34,7 +34,6 @@ from tests.helpers.connector_process import (
     write_config,
 )
 
-pytest_plugins = ["tests.helpers.postgres_server"]
 pytestmark = pytest.mark.timeout(150)
 
 PARTITIONS = 4

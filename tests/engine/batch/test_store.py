@@ -29,7 +29,6 @@ from engine.batch.store import (
 )
 from engine.ports import free_port
 
-pytest_plugins = ["tests.helpers.postgres_server"]
 pytestmark = pytest.mark.timeout(180)
 
 BATCH = "nightly-copy"

@@ -608,6 +608,26 @@ def test_credentials_inside_urls_are_redacted(client: TestClient) -> None:
     assert SECRET not in answer.text
 
 
+def test_a_postgres_sink_is_accepted_and_its_dsn_password_shown_redacted(client: TestClient) -> None:
+    sink = {"type": "postgres", "table": "orders", "mode": "upsert", "key": ["id"],
+            "dsn": f"postgresql://loader@db:5432/shop?sslmode=require&password={SECRET}"}
+    answer = client.post("/connectors", json={"name": "a", "config": config(sink=sink)})
+    assert answer.status_code == 201, answer.text
+    shown = client.get("/connectors/a/config").json()
+    assert shown["sink"]["dsn"] == "postgresql://[redacted]@db:5432/shop?sslmode=require&password=[redacted]"
+    assert SECRET not in answer.text
+    referenced = {**sink, "dsn": "postgresql://db/shop?user=loader&password=${env:PG_PASSWORD}"}
+    assert client.put("/connectors/a/config", json=config(sink=referenced)).status_code == 200
+    assert client.get("/connectors/a/config").json()["sink"]["dsn"] == referenced["dsn"]
+
+
+def test_a_postgres_sink_setting_that_cannot_work_is_400_naming_it(client: TestClient) -> None:
+    sink = {"type": "postgres", "table": "orders", "mode": "upsert", "dsn": "postgresql://db/shop"}
+    assert_error(client.post("/connectors", json={"name": "a", "config": config(sink=sink)}), 400, "sink", "key")
+    assert_error(client.post("/connectors", json={"name": "a", "config": config(sink={"type": "mongo"})}), 400,
+                 "unknown sink type 'mongo'")
+
+
 def test_offset_changes_refused_by_a_group_that_still_has_members_are_409(client: TestClient,
                                                                           kafka: FakeConnectorKafka) -> None:
     create(client, "a")

@@ -72,6 +72,19 @@ def test_schema_paths_are_replaced_by_the_schemas_they_name_relative_to_the_conf
     assert desired["sink"] == {"topic": "out", "format": "avro", "schema": AVRO_SCHEMA}
 
 
+def test_a_postgres_sink_travels_as_written_with_the_source_schema_inlined(tmp_path: Path) -> None:
+    (tmp_path / "order.schema.json").write_text(json.dumps(ORDER_SCHEMA))
+    sink = {"type": "postgres", "dsn": "postgresql://db/shop?password=${env:PG_PASSWORD}", "table": "orders",
+            "create_table": True}
+    write_yaml(tmp_path, "orders.yaml", connector_config(
+        "orders", source={"topic": "orders", "format": "json", "schema": "order.schema.json"}, sink=sink))
+
+    desired = desired_configs(tmp_path)["orders"]
+
+    assert desired["sink"] == sink
+    assert desired["source"]["schema"] == ORDER_SCHEMA
+
+
 def test_a_missing_schema_file_is_a_config_error_naming_the_config_and_the_schema(tmp_path: Path) -> None:
     path = write_yaml(tmp_path, "orders.yaml", connector_config(
         "orders", source={"topic": "orders", "format": "json", "schema": "missing.json"}))

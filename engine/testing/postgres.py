@@ -1,10 +1,14 @@
-"""A throwaway PostgreSQL cluster for the tests, from Debian's server binaries, and its pytest fixture.
+"""A throwaway PostgreSQL cluster for tests, from Debian's server binaries.
 
-``postgres_dsn`` (session-scoped) yields ``EPOCHLINE_TEST_POSTGRES_DSN`` when set. Otherwise it initialises
-a cluster in a fresh temporary directory, starts it on 127.0.0.1 on a free port (unix socket in the same
-directory), yields its DSN and stops it with ``pg_ctl stop`` on its own data directory at the end, then
-removes the directory. When no server binaries are installed the tests that need it are skipped with a
-reason that says how to install them (``bash .ci/postgres.sh``) — never silently.
+The pytest plugin's ``postgres_dsn`` (session-scoped, ``engine.testing.pytest_plugin``) yields
+``EPOCHLINE_TEST_POSTGRES_DSN`` when set. Otherwise it initialises a cluster in a fresh temporary directory,
+starts it on 127.0.0.1 on a free port (unix socket in the same directory), yields its DSN and stops it with
+``pg_ctl stop`` on its own data directory at the end, then removes the directory. When no server binaries
+are installed the tests that need it are skipped with a reason that says how to install them
+(``bash .ci/postgres.sh``) — never silently.
+
+The cluster allows ``max_prepared_transactions`` (20 by default): the PostgreSQL sink commits each epoch by
+``PREPARE TRANSACTION``. A test of the sink's refusal of a server without them starts one with 0.
 
 The cluster's default collation is ICU ``en-US``, a locale collation under which ``"a" < "B"``, so a key
 column that forgot ``COLLATE "C"`` would order keys differently from SQLite and fail the key order test.
@@ -20,16 +24,14 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from engine.ports import free_port
 
 DSN_VARIABLE = "EPOCHLINE_TEST_POSTGRES_DSN"
 SERVER_USER = "postgres"
 START_TIMEOUT_SECONDS = 60
+DEFAULT_PREPARED_TRANSACTIONS = 20
 
 
 class PostgresUnavailable(RuntimeError):
@@ -46,8 +48,9 @@ def postgres_bin_dir() -> Path | None:
 class ThrowawayPostgres:
     """One PostgreSQL cluster in its own temporary directory, listening on 127.0.0.1:``port``."""
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, max_prepared_transactions: int = DEFAULT_PREPARED_TRANSACTIONS) -> None:
         self.bin_dir = bin_dir
+        self.max_prepared_transactions = max_prepared_transactions
         self._as_server_user: list[str] = []
         owner = None
         if os.geteuid() == 0:
@@ -89,7 +92,8 @@ class ThrowawayPostgres:
             "--encoding", "UTF8", "--locale", "C.UTF-8", "--locale-provider", "icu", "--icu-locale", "en-US",
             "--no-sync",
         )
-        server_options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        server_options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
+                          f"-c max_prepared_transactions={self.max_prepared_transactions}")
         self._run(
             "pg_ctl", "start", "--pgdata", str(self.data_dir), "--log", str(self.log_file),
             "--options", server_options, "--wait", "--timeout", str(START_TIMEOUT_SECONDS),
@@ -104,21 +108,6 @@ class ThrowawayPostgres:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def postgres_dsn() -> Iterator[str]:
-    configured = os.environ.get(DSN_VARIABLE)
-    if configured:
-        yield configured
-        return
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        pytest.skip(
-            "PostgreSQL server binaries not found under /usr/lib/postgresql/<version>/bin: install Debian's "
-            f"postgresql package (bash .ci/postgres.sh) or set {DSN_VARIABLE} to run the PostgreSQL store tests"
-        )
-    server = ThrowawayPostgres(bin_dir)
-    try:
-        server.start()
-        yield server.dsn
-    finally:
-        server.stop()
+def no_postgres_reason() -> str:
+    return ("PostgreSQL server binaries not found under /usr/lib/postgresql/<version>/bin: install Debian's "
+            f"postgresql package (bash .ci/postgres.sh) or set {DSN_VARIABLE} to run the PostgreSQL tests")
