@@ -116,6 +116,11 @@ class LiveInput:
                                                                      key_of), daemon=True)
         self._thread.start()
 
+    @property
+    def streaming(self) -> bool:
+        """Whether the input is still being written."""
+        return self._thread.is_alive()
+
     def join(self, timeout: float = 120) -> None:
         self._thread.join(timeout)
         assert not self._thread.is_alive(), "the input producer did not finish"
