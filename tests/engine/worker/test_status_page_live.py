@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any
 
 import orjson
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from connectors.admin import create_topic
 from engine.testing import LocalWorker
@@ -154,6 +155,22 @@ def click_confirmed(page: Page, name: str, action: str, *, accept: bool = True) 
     return asked[0]
 
 
+def assert_partitions_shown_as_status(worker: LocalWorker, lag_rows: Locator, topic: str,
+                                      timeout_s: float = 15.0) -> None:
+    """The page's partition rows say what REST status says. The page refreshes every 2 s and the committed
+    offsets may still move, so the two are compared until they agree (or the time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        by_partition = {p["partition"]: p for p in status(worker, "live")["partitions"]}
+        rows = [lag_rows.nth(index).locator("td").all_inner_texts() for index in range(PARTITIONS)]
+        shown = {int(cells[1]): [cells[0], int(cells[2]), int(cells[3]), int(cells[4])] for cells in rows}
+        expected = {partition: [topic, p["committed"], p["end"], p["lag"]] for partition, p in by_partition.items()}
+        if shown == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert shown == expected
+
+
 def test_the_page_shows_a_running_a_paused_and_a_failed_connector_and_a_connectors_details(
         deployment: Deployment) -> None:
     worker = deployment.worker
@@ -165,19 +182,14 @@ def test_the_page_shows_a_running_a_paused_and_a_failed_connector_and_a_connecto
         expect(row(page, "broken")).to_contain_text("failing on purpose")
         screenshot(page, deployment, "status-running-paused-failed")
 
-        streaming = LiveInput(deployment.bootstrap, f"{deployment.prefix}-live-in",
-                              [orjson.dumps({"id": i}) for i in range(GOOD, GOOD + STREAMED)], PARTITIONS, seconds=15)
         row(page, "live").locator("button.toggle").click()
         details = page.locator('tr[data-details-of="live"]')
         lag_rows = details.locator(".partitions-panel tbody tr")
         expect(lag_rows).to_have_count(PARTITIONS)
-        committed = {p["partition"]: p for p in status(worker, "live")["partitions"]}
-        for index in range(PARTITIONS):
-            cells = lag_rows.nth(index).locator("td").all_inner_texts()
-            partition = committed[int(cells[1])]
-            assert cells[0] == f"{deployment.prefix}-live-in"
-            assert [int(cells[2]), int(cells[3]), int(cells[4])] == \
-                [partition["committed"], partition["end"], partition["lag"]]
+        assert_partitions_shown_as_status(worker, lag_rows, f"{deployment.prefix}-live-in")
+        # the partitions are compared while no input moves; then more streams in for the history
+        streaming = LiveInput(deployment.bootstrap, f"{deployment.prefix}-live-in",
+                              [orjson.dumps({"id": i}) for i in range(GOOD, GOOD + STREAMED)], PARTITIONS, seconds=15)
         reasons = details.locator(".dead-letters-panel tbody tr")
         expect(reasons).to_have_count(BAD)
         assert all("decode" in text for text in reasons.all_inner_texts())
