@@ -2,7 +2,7 @@
 
 Three modules, one question each:
 
-- ``coordinator``: *when*. ``StreamingCoordinator`` runs the cycle loop, decides when a checkpoint is due,
+- ``loop``: *when*. ``EpochLoop`` runs the cycle loop, decides when a checkpoint is due,
   injects the barrier into every source at one point of the loop, and chooses commit or abandon.
 - ``pipeline``: *what*. ``KafkaPipeline`` is the ``PipelineCallback`` that runs operators, writes the
   sink, captures state and commits the epoch's Kafka transaction.
@@ -14,11 +14,11 @@ The steps of one epoch N, and the function that does each:
 1. **Reserve** N durably: ``KafkaPipeline.reserve_checkpoint_attempt`` → ``CheckpointIdLog.reserve``
    (appended and fsynced before use; an abandoned N is burned for ever; ids are per instance, and the
    offset metadata names the instance too, so the pair names one epoch of the whole group).
-2. **Barrier**: ``StreamingCoordinator.checkpoint`` calls ``KafkaSource.inject_barrier`` on every source;
+2. **Barrier**: ``EpochLoop.checkpoint`` calls ``KafkaSource.inject_barrier`` on every source;
    the cut is the position after the last record handed out, so later records belong to N+1.
 3. **Drain**: nothing to wait for: every record handed out before the cut already went through
    ``KafkaPipeline.execute_cycle`` and ``write_to_sinks`` into the open transaction (output, dead letters,
-   repartitioned rows). The coordinator polls one source per cycle, so this holds also when a rebalance
+   repartitioned rows). The loop polls one source per cycle, so this holds also when a rebalance
    callback commits the epoch in the middle of a poll.
 4. **Capture**: ``KafkaPipeline._capture_keyed_state``: every partition whose keyed state changed is
    written to its changelog partition, in the same transaction; each offset carries its partition's largest
@@ -28,7 +28,7 @@ The steps of one epoch N, and the function that does each:
    ``epochline:checkpoint=N;instance=I;event_time=T;at=MS;dead_letters=D`` (``connectors.offset_metadata``;
    ``D`` counts the partition's dead letters of every committed epoch, this one's included),
    ``commit_transaction``. When it returns, epoch N exists; nothing before counts.
-6. **Abandon**: ``StreamingCoordinator._rewind`` → ``KafkaPipeline.abandon_checkpoint_attempt``: abort the
+6. **Abandon**: ``EpochLoop._rewind`` → ``KafkaPipeline.abandon_checkpoint_attempt``: abort the
    transaction, give every owned partition back its committed keyed state (changelog) and event time, rewind
    every source to its committed offsets, burn N.
 
@@ -44,19 +44,19 @@ taken; the internal topics exist (changelogs, repartition); the sources subscrib
 metadata is a ``RecoveryError`` (``_epoch_named_by``).
 """
 
-from engine.checkpoint.coordinator import (
+from engine.checkpoint.loop import (
     CheckpointAbandoned,
     CheckpointAttempt,
     ControlMessage,
-    CoordinatorError,
-    CoordinatorSettings,
     CycleFailed,
     EpochControl,
+    EpochLoop,
+    EpochLoopError,
+    EpochLoopSettings,
     ImmediateStop,
     PipelineCallback,
     PipelineHalted,
     Source,
-    StreamingCoordinator,
 )
 from engine.checkpoint.pipeline import KafkaPipeline, RecoveryError
 from engine.checkpoint.runner import ConnectorFailed, RunOptions, bootstrap_from, run_connector
@@ -66,10 +66,11 @@ __all__ = [
     "CheckpointAttempt",
     "ConnectorFailed",
     "ControlMessage",
-    "CoordinatorError",
-    "CoordinatorSettings",
     "CycleFailed",
     "EpochControl",
+    "EpochLoop",
+    "EpochLoopError",
+    "EpochLoopSettings",
     "ImmediateStop",
     "KafkaPipeline",
     "PipelineCallback",
@@ -77,7 +78,6 @@ __all__ = [
     "RecoveryError",
     "RunOptions",
     "Source",
-    "StreamingCoordinator",
     "bootstrap_from",
     "run_connector",
 ]

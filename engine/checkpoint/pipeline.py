@@ -28,7 +28,7 @@ from connectors.metadata import KEY, OFFSET, PARTITION, TIMESTAMP, value_columns
 from connectors.offset_metadata import CommittedEpoch, MalformedOffsetMetadata, checkpoint_metadata, committed_epoch
 from connectors.source import KafkaSource, PartitionListener, SourceSettings, SourceUnavailable
 from connectors.watermarks import WatermarkTracker, judge_event_time
-from engine.checkpoint.coordinator import (
+from engine.checkpoint.loop import (
     CheckpointAbandoned,
     CheckpointAttempt,
     ControlMessage,
@@ -78,7 +78,7 @@ class RecoveryError(RuntimeError):
 
 
 class PipelineSource(Source, Protocol):
-    """What the pipeline needs of a source beyond the coordinator's ``Source``: its format and watermarks,
+    """What the pipeline needs of a source beyond the loop's ``Source``: its format and watermarks,
     the group's committed offsets, its partitions and its cut. ``connectors.source.KafkaSource`` is the real
     one; the broker-free test driver (``engine.testing.driver``) has an in-memory one."""
 

@@ -1,4 +1,4 @@
-"""The streaming coordinator: the one loop that decides when a cycle runs and when a checkpoint is taken.
+"""The epoch loop: the one loop that decides when a cycle runs and when a checkpoint is taken.
 
 The checkpoint protocol (see DESIGN.md, "One epoch, start to end") is split at one seam only:
 
@@ -33,27 +33,27 @@ from engine.transforms.operator import Watermark
 log = logging.getLogger(__name__)
 
 
-class CoordinatorError(RuntimeError):
-    """The coordinator cannot go on."""
+class EpochLoopError(RuntimeError):
+    """The epoch loop cannot go on."""
 
 
-class CycleFailed(CoordinatorError):
+class CycleFailed(EpochLoopError):
     """An operator failed while executing a cycle; the message names the operator."""
 
 
-class CheckpointAbandoned(CoordinatorError):
+class CheckpointAbandoned(EpochLoopError):
     """A checkpoint attempt could not complete (capture, persistence or an abortable transaction)."""
 
 
-class PipelineHalted(CoordinatorError):
+class PipelineHalted(EpochLoopError):
     """A deterministic failure (poison input) would loop through recovery for ever: stop without committing."""
 
 
-class ImmediateStop(CoordinatorError):
+class ImmediateStop(EpochLoopError):
     """A second stop signal: stop at once, without a final checkpoint."""
 
 
-class StoppedBeforeStart(CoordinatorError):
+class StoppedBeforeStart(EpochLoopError):
     """A stop was requested while the connector was still starting: nothing was opened for writing."""
 
 
@@ -104,7 +104,7 @@ class ControlMessage:
 
 
 class Source(Protocol):
-    """What the coordinator needs of a source (``connectors.source.KafkaSource`` is one)."""
+    """What the loop needs of a source (``connectors.source.KafkaSource`` is one)."""
 
     name: str
 
@@ -119,8 +119,8 @@ class Source(Protocol):
 
 
 class EpochControl(Protocol):
-    """What the pipeline may ask of the coordinator from inside a rebalance callback: commit the epoch now
-    (partitions are about to be revoked) or abandon it (they were lost). Safe there because the coordinator
+    """What the pipeline may ask of the loop from inside a rebalance callback: commit the epoch now
+    (partitions are about to be revoked) or abandon it (they were lost). Safe there because the loop
     polls one source per cycle, so when a callback runs every record handed out is already processed."""
 
     def checkpoint(self) -> bool: ...
@@ -128,7 +128,7 @@ class EpochControl(Protocol):
 
 
 class PipelineCallback(Protocol):
-    """The seam between the coordinator and sources' consumers, operators, state and sinks."""
+    """The seam between the loop and sources' consumers, operators, state and sinks."""
 
     def recover(self, control: EpochControl) -> list[Source]:
         """Fence older instances and return the sources; each partition's committed state is restored when
@@ -177,16 +177,16 @@ class PipelineCallback(Protocol):
 
 
 @dataclass
-class CoordinatorSettings:
+class EpochLoopSettings:
     checkpoint_interval_s: float = 1.0
     poll_timeout_s: float = 0.1
     stop_at: Mapping[str, Mapping[int, int]] | None = None
 
 
-class StreamingCoordinator:
+class EpochLoop:
     """Runs cycles and checkpoints until stopped, the input ends (``stop_at_end``) or a halt."""
 
-    def __init__(self, callback: PipelineCallback, settings: CoordinatorSettings,
+    def __init__(self, callback: PipelineCallback, settings: EpochLoopSettings,
                  clock: Callable[[], float] = time.monotonic, stop: StopRequest | None = None) -> None:
         self.callback = callback
         self.settings = settings
