@@ -1,7 +1,10 @@
 """The exactly-once protocol (DESIGN.md, "One epoch, start to end"), in one package.
 
-Three modules, one question each:
+Four modules, one question each:
 
+- ``coordinator``: *whose state*. ``CheckpointCoordinator`` is the seam every operator's state is
+  registered with, captured through into a checkpoint (``CheckpointStorage``: the changelog topics in the
+  runtime, or local files) and restored from; it reserves the ids.
 - ``loop``: *when*. ``EpochLoop`` runs the cycle loop, decides when a checkpoint is due,
   injects the barrier into every source at one point of the loop, and chooses commit or abandon.
 - ``pipeline``: *what*. ``KafkaPipeline`` is the ``PipelineCallback`` that runs operators, writes the
@@ -44,6 +47,17 @@ taken; the internal topics exist (changelogs, repartition); the sources subscrib
 metadata is a ``RecoveryError`` (``_epoch_named_by``).
 """
 
+from engine.checkpoint.coordinator import (
+    CheckpointCoordinator,
+    CheckpointCoordinatorConfig,
+    CheckpointFailed,
+    CheckpointMetadata,
+    OperatorAlreadyRegistered,
+    OperatorState,
+    PeriodicCheckpointing,
+    SnapshotFailed,
+    UnknownCheckpoint,
+)
 from engine.checkpoint.loop import (
     CheckpointAbandoned,
     CheckpointAttempt,
@@ -60,10 +74,17 @@ from engine.checkpoint.loop import (
 )
 from engine.checkpoint.pipeline import KafkaPipeline, RecoveryError
 from engine.checkpoint.runner import ConnectorFailed, RunOptions, bootstrap_from, run_connector
+from engine.state.storage import CheckpointNotFound, CheckpointStorage, FileCheckpointStorage, StateKey
 
 __all__ = [
     "CheckpointAbandoned",
     "CheckpointAttempt",
+    "CheckpointCoordinator",
+    "CheckpointCoordinatorConfig",
+    "CheckpointFailed",
+    "CheckpointMetadata",
+    "CheckpointNotFound",
+    "CheckpointStorage",
     "ConnectorFailed",
     "ControlMessage",
     "CycleFailed",
@@ -71,13 +92,20 @@ __all__ = [
     "EpochLoop",
     "EpochLoopError",
     "EpochLoopSettings",
+    "FileCheckpointStorage",
     "ImmediateStop",
     "KafkaPipeline",
+    "OperatorAlreadyRegistered",
+    "OperatorState",
+    "PeriodicCheckpointing",
     "PipelineCallback",
     "PipelineHalted",
     "RecoveryError",
     "RunOptions",
+    "SnapshotFailed",
     "Source",
+    "StateKey",
+    "UnknownCheckpoint",
     "bootstrap_from",
     "run_connector",
 ]
