@@ -14,7 +14,8 @@ Four modules, one question each:
 
 The steps of one epoch N, and the function that does each:
 
-1. **Reserve** N durably: ``KafkaPipeline.reserve_checkpoint_attempt`` → ``CheckpointIdLog.reserve``
+1. **Reserve** N durably: ``KafkaPipeline.reserve_checkpoint_attempt`` →
+   ``CheckpointCoordinator.trigger_checkpoint`` → ``CheckpointIdLog.reserve``
    (appended and fsynced before use; an abandoned N is burned for ever; ids are per instance, and the
    offset metadata names the instance too, so the pair names one epoch of the whole group).
 2. **Barrier**: ``EpochLoop.checkpoint`` calls ``KafkaSource.inject_barrier`` on every source;
@@ -23,22 +24,26 @@ The steps of one epoch N, and the function that does each:
    ``KafkaPipeline.execute_cycle`` and ``write_to_sinks`` into the open transaction (output, dead letters,
    repartitioned rows). The loop polls one source per cycle, so this holds also when a rebalance
    callback commits the epoch in the middle of a poll.
-4. **Capture**: ``KafkaPipeline._capture_keyed_state``: every partition whose keyed state changed is
-   written to its changelog partition, in the same transaction; each offset carries its partition's largest
+4. **Capture**: ``KafkaPipeline._capture_keyed_state`` → ``CheckpointCoordinator.capture_checkpoint``:
+   every partition whose keyed state changed is written to its changelog partition
+   (``KafkaChangelogStorage``), in the same transaction; each offset carries its partition's largest
    event time in its metadata.
 5. **Commit point**: ``TransactionalKafkaSink.commit_epoch``: ``flush``, ``send_offsets_to_transaction``
    per source with the consumer's group metadata read now (a member whose partitions moved is refused) and
    ``epochline:checkpoint=N;instance=I;event_time=T;at=MS;dead_letters=D`` (``connectors.offset_metadata``;
    ``D`` counts the partition's dead letters of every committed epoch, this one's included),
-   ``commit_transaction``. When it returns, epoch N exists; nothing before counts.
+   ``commit_transaction``. When it returns, epoch N exists; nothing before counts. Only then
+   ``CheckpointCoordinator.complete_checkpoint(N, success=True)``.
 6. **Abandon**: ``EpochLoop._rewind`` → ``KafkaPipeline.abandon_checkpoint_attempt``: abort the
-   transaction, give every owned partition back its committed keyed state (changelog) and event time, rewind
-   every source to its committed offsets, burn N.
+   transaction, fail N in the coordinator (``complete_checkpoint(N, success=False)``: N stays burned), give
+   every owned partition back its committed keyed state (``CheckpointCoordinator.restore_partitions``, from
+   the changelog) and event time, rewind every source to its committed offsets.
 
 **Partitions move** (``KafkaPipeline`` is the sources' ``PartitionListener``, called inside the rebalance
 callbacks): on assignment a partition's committed offset and metadata are read, its keyed state restored
-from the changelog, before any of its records is processed (``assigned``); on revocation the whole epoch
-commits while the partitions are still owned (``revoked``); on loss it is abandoned (``lost``).
+from the changelog (``CheckpointCoordinator.restore_partitions``), before any of its records is processed
+(``assigned``); on revocation the whole epoch commits while the partitions are still owned (``revoked``); on
+loss it is abandoned (``lost``).
 
 **Start-up** (``KafkaPipeline.recover``): the sink's topics exist (``KafkaWriter.check_topics``; a missing
 one is permanent), then ``init_transactions`` with the instance's stable transactional.id fences its

@@ -13,17 +13,23 @@ import textwrap
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
+from connectors.admin import create_topic, end_offsets, group_offsets
+from connectors.offset_metadata import committed_epoch
 from engine import (
     CheckpointCoordinator,
     CheckpointCoordinatorConfig,
     CheckpointFailed,
     FileCheckpointStorage,
 )
-from engine.checkpoint import SnapshotFailed, UnknownCheckpoint
+from engine.checkpoint import EpochLoop, EpochLoopSettings, KafkaPipeline, SnapshotFailed, UnknownCheckpoint
+from engine.config import load_config
 from engine.state import CheckpointIdLog, CheckpointNotFound, StoredCheckpointCorrupted
+from engine.wiring import SOURCE_NAME
 from tests.helpers import REPO_ROOT
+from tests.helpers.connector_process import produce_values, write_config
 
 WAIT_S = 10.0
 """Upper bound of any wait in these tests."""
@@ -256,6 +262,53 @@ def test_checkpoint_ids_are_never_reused_across_processes_even_when_abandoned(tm
     second = int(in_new_process("write", str(tmp_path), "2"))
 
     assert first < burned < second
+
+
+# -- the runtime's window state goes through its pipeline's coordinator (real broker) -------------------------
+
+PARTITIONS = 2
+
+
+def test_a_connectors_window_state_is_checkpointed_through_its_coordinator_and_restored_after_a_restart(
+        kafka_bootstrap: str, unique_topic: str, tmp_path: Path) -> None:
+    """The window's open windows are captured by the pipeline's coordinator into the changelog inside the
+    epoch's transaction; the checkpoint it completed is the one the group's offsets name; a new pipeline
+    (a restart) gets exactly that state back through its own coordinator."""
+    config = load_config(write_config(tmp_path, {
+        "name": f"coord-{unique_topic}",
+        "source": {"topic": f"{unique_topic}-in", "format": "json", "event_time": {"column": "ts"}},
+        "transform": [{"window": {"kind": "tumbling", "size": "1h", "key": ["__kafka_key"],
+                                  "aggregates": {"total": "sum(amount)"}}}],
+        "sink": {"topic": f"{unique_topic}-out", "format": "json"},
+        "dead_letter": {"topic": f"{unique_topic}-dlq"},
+        "checkpoint": {"interval": "200ms", "dir": str(tmp_path / "state")},
+    }))
+    for topic in (config.source.topic, config.sink.topic, f"{unique_topic}-dlq"):
+        create_topic(kafka_bootstrap, topic, PARTITIONS)
+    produce_values(kafka_bootstrap, config.source.topic,  # one open hour-long window per key: nothing emitted
+                   [orjson.dumps({"amount": float(i), "ts": 1_700_000_000_000 + i}) for i in range(40)], PARTITIONS,
+                   key_of=lambda i: (i % PARTITIONS, f"key-{i % PARTITIONS}".encode()))
+
+    first = KafkaPipeline(config, kafka_bootstrap)
+    ends = {SOURCE_NAME: end_offsets(kafka_bootstrap, config.source.topic)}
+    EpochLoop(first, EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
+
+    assert first.checkpoints.operator_count == 1
+    offsets = group_offsets(kafka_bootstrap, config.group_id, config.source.topic, list(range(PARTITIONS)))
+    committed = [committed_epoch(offset.metadata) for offset in offsets]
+    assert {epoch.checkpoint_id if epoch else None for epoch in committed} == {first.checkpoints.latest_checkpoint}
+    [(operator, window)] = first.chain.states.items()
+    committed_state = {partition: window.snapshot_partition(partition) for partition in range(PARTITIONS)}
+    assert window.partitions() == set(range(PARTITIONS)), "the test needs open windows on every partition"
+
+    restarted = KafkaPipeline(config, kafka_bootstrap)
+    try:
+        restored = restarted.checkpoints.restore_partitions(range(PARTITIONS))
+        again = restarted.chain.states[operator]
+        assert {partition: again.snapshot_partition(partition) for partition in range(PARTITIONS)} == committed_state
+        assert restored[operator].size_bytes == sum(map(len, committed_state.values()))
+    finally:
+        restarted.close_sinks()
 
 
 def readme_checkpoints_example() -> str:
