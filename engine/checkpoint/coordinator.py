@@ -120,7 +120,8 @@ class PeriodicCheckpointing:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """No checkpoint starts after this call; returns once the one in progress (if any) ended."""
+        """No checkpoint starts after this call; waits (up to ``timeout``, None: for ever) for the one in
+        progress to end."""
         self._stopped.set()
         self._thread.join(timeout)
 

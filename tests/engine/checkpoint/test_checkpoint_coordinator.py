@@ -24,7 +24,14 @@ from engine import (
     CheckpointFailed,
     FileCheckpointStorage,
 )
-from engine.checkpoint import EpochLoop, EpochLoopSettings, KafkaPipeline, SnapshotFailed, UnknownCheckpoint
+from engine.checkpoint import (
+    EpochLoop,
+    EpochLoopSettings,
+    KafkaPipeline,
+    OperatorAlreadyRegistered,
+    SnapshotFailed,
+    UnknownCheckpoint,
+)
 from engine.config import load_config
 from engine.state import CheckpointIdLog, CheckpointNotFound, StoredCheckpointCorrupted
 from engine.wiring import SOURCE_NAME
@@ -56,6 +63,42 @@ class BrokenSnapshot:
 
     def restore(self, snapshot: bytes | None) -> None:
         raise AssertionError("a checkpoint that never completed cannot be restored")
+
+
+class CountsPerPartition:
+    """A keyed operator's state (a ``KeyedState``): a count per source partition, tracking what changed."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.changed: set[int] = set()
+
+    def add(self, partition: int, count: int) -> None:
+        self.counts[partition] = self.counts.get(partition, 0) + count
+        self.changed.add(partition)
+
+    def changed_partitions(self) -> set[int]:
+        return set(self.changed)
+
+    def clear_changed(self) -> None:
+        self.changed.clear()
+
+    def snapshot_partition(self, partition: int) -> bytes:
+        return str(self.counts.get(partition, 0)).encode()
+
+    def restore_partition(self, partition: int, data: bytes | None) -> None:
+        self.counts[partition] = int(data) if data is not None else 0
+
+    def drop_partition(self, partition: int) -> None:
+        self.counts.pop(partition, None)
+
+    def partitions(self) -> set[int]:
+        return set(self.counts)
+
+    def open_until(self) -> dict[int, int]:
+        return {}
+
+    def closed_through(self) -> dict[int, int]:
+        return {}
 
 
 def file_coordinator(path: Path) -> CheckpointCoordinator:
@@ -104,6 +147,50 @@ def test_an_operator_registered_after_a_checkpoint_restores_as_fresh_from_it(tmp
 
     coordinator.restore_checkpoint(taken)
     assert late.value == 0
+
+
+def test_a_keyed_operator_is_captured_per_changed_partition_and_restored_per_partition(tmp_path: Path) -> None:
+    """Each checkpoint writes only the partitions that changed, yet restores every partition as it stood."""
+    coordinator = file_coordinator(tmp_path)
+    windows = CountsPerPartition()
+    coordinator.register_operator("windows", windows)
+    windows.add(0, 5)
+    windows.add(1, 7)
+    coordinator.checkpoint()
+    windows.add(1, 1)  # only partition 1 changes
+    second = coordinator.checkpoint()
+    assert windows.changed_partitions() == set(), "a completed checkpoint clears what changed"
+
+    windows.add(0, 100)
+    windows.add(1, 100)
+    coordinator.restore_checkpoint(second)
+    assert windows.counts == {0: 5, 1: 8}
+
+    moved_in = CountsPerPartition()  # another instance taking partition 1 over
+    other = file_coordinator(tmp_path)
+    other.register_operator("windows", moved_in)
+    other.restore_partitions([1, 2])
+    assert moved_in.counts == {1: 8, 2: 0}
+
+
+def test_two_operators_cannot_share_a_name(tmp_path: Path) -> None:
+    coordinator = file_coordinator(tmp_path)
+    coordinator.register_operator("orders", Counter())
+
+    with pytest.raises(OperatorAlreadyRegistered, match="'orders'"):
+        coordinator.register_operator("orders", Counter())
+    assert coordinator.operator_count == 1
+
+
+def test_with_storage_puts_another_storage_behind_the_coordinator(tmp_path: Path) -> None:
+    elsewhere = FileCheckpointStorage(tmp_path / "elsewhere")
+    coordinator = CheckpointCoordinator.new(CheckpointIdLog(tmp_path / "ids.log")).with_storage(elsewhere)
+    orders = Counter(8)
+    coordinator.register_operator("orders", orders)
+    taken = coordinator.checkpoint()
+
+    assert coordinator.storage is elsewhere and elsewhere.completed() == [taken]
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_a_failing_snapshot_is_never_reported_as_success(tmp_path: Path) -> None:
