@@ -106,10 +106,6 @@ class FileCheckpointStorage:
     def __init__(self, directory: Path) -> None:
         self._directory = Path(directory)
 
-    @property
-    def directory(self) -> Path:
-        return self._directory
-
     def persist(self, checkpoint_id: int, pieces: Mapping[StateKey, bytes]) -> int:
         latest = self._latest()
         merged = self._read(latest) if latest is not None else {}

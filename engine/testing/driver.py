@@ -296,8 +296,7 @@ class TransformTestDriver:
                                  instance=Instance(self.config.name, "driver", self._state_dir),
                                  open_source=lambda source: _MemorySource(source, self._kafka.topic(source.topic)),
                                  sink=self._sink, changelog=_MemoryChangelog(self._kafka))
-        self._loop = EpochLoop(pipeline, EpochLoopSettings(checkpoint_interval_s=0,
-                                                                               poll_timeout_s=0))
+        self._loop = EpochLoop(pipeline, EpochLoopSettings(checkpoint_interval_s=0, poll_timeout_s=0))
         self._loop.start()
 
     # -- input -----------------------------------------------------------------------------------------

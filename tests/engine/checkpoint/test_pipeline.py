@@ -84,7 +84,7 @@ def test_the_metrics_count_records_and_wire_bytes_in_and_out(kafka_bootstrap: st
     metrics = Metrics()
     ends = {SOURCE_NAME: end_offsets(kafka_bootstrap, config.source.topic)}
     loop = EpochLoop(KafkaPipeline(config, kafka_bootstrap, metrics),
-                                       EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends))
+                     EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends))
     loop.run()
 
     assert_exactly_once(kafka_bootstrap, config.sink.topic, f"{unique_topic}-dlq", kept_ids())
@@ -103,7 +103,7 @@ def committed_dead_letters(bootstrap: str, config: ConnectorConfig) -> dict[int,
 def run_to_the_end(bootstrap: str, config: ConnectorConfig) -> None:
     ends = {SOURCE_NAME: end_offsets(bootstrap, config.source.topic)}
     EpochLoop(KafkaPipeline(config, bootstrap),
-                         EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
+              EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
 
 
 def test_each_partitions_committed_offset_carries_its_dead_letters_so_far_across_runs(
