@@ -1,365 +1,346 @@
-"""The streaming coordinator: the one loop that decides when a cycle runs and when a checkpoint is taken.
+"""``CheckpointCoordinator``: the one seam every piece of operator state is checkpointed and restored through.
 
-The checkpoint protocol (see DESIGN.md, "One epoch, start to end") is split at one seam only:
+Operators register their state once (``register_operator``). A checkpoint then goes: ``trigger_checkpoint``
+reserves its id durably (``engine.state.CheckpointIdLog``: never handed out again, also across processes,
+even when the attempt fails); ``capture_checkpoint`` snapshots every registered operator and hands the
+pieces to the storage; ``complete_checkpoint(id, success)`` makes it count or drops it. ``checkpoint()``
+does all three in one call. A snapshot that raises fails the checkpoint: nothing is completed, the error is
+raised to the caller, and ``completed_count`` and ``latest_checkpoint`` do not move.
 
-* this module owns *when*: the cycle loop, the checkpoint interval, reserving the attempt, injecting
-  the barrier into every source at the same point of the loop (so barriers are aligned by construction:
-  a batch polled after the barrier can only belong to the next epoch), and choosing commit or abandon;
-* ``PipelineCallback`` owns *what*: running operators, writing sinks, capturing state and committing the
-  epoch's Kafka transaction (``engine.checkpoint.pipeline`` is the production implementation; tests use
-  a fake).
+Two kinds of state register:
 
-A checkpoint is only ever reported successful by ``checkpoint_with_barrier`` returning, which the
-pipeline allows only after state is durably written and the transaction committed. Any failure in
-between abandons the attempt: its id is burned, sources are rewound to the last committed cut.
+- an ``OperatorState`` (``snapshot()``/``restore(snapshot)``): one piece per checkpoint, e.g. a user's own
+  operator;
+- an ``engine.state.KeyedState``: one piece per source partition whose state changed, so a partition's state
+  moves with the partition (the runtime's windows). Partitions are restored when they arrive
+  (``restore_partitions``); ``restore_checkpoint`` restores those a keyed operator holds.
+
+Where the pieces go is the ``CheckpointStorage``'s business (``engine.state.storage``): local files
+(``FileCheckpointStorage``, the default) or, in the runtime, the changelog topics inside the epoch's Kafka
+transaction (``KafkaChangelogStorage``), where the loop completes the checkpoint only after the
+transaction committed (``engine.checkpoint.pipeline``). When a checkpoint is reported complete is thus
+exactly when the storage says it is durable.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from pathlib import Path
+from typing import Protocol, Self
 
-import pyarrow as pa
-
-from connectors.batch import SourceBatch
-from connectors.checkpoint import SourceCheckpoint
-from engine.transforms.operator import Watermark
+from engine.state import CheckpointError, CheckpointIdLog, KeyedState
+from engine.state.storage import CheckpointStorage, FileCheckpointStorage, StateKey
 
 log = logging.getLogger(__name__)
 
-
-class CoordinatorError(RuntimeError):
-    """The coordinator cannot go on."""
-
-
-class CycleFailed(CoordinatorError):
-    """An operator failed while executing a cycle; the message names the operator."""
+ID_LOG_NAME = "ids.log"
+"""The id log's file name in ``CheckpointCoordinatorConfig.storage_path``."""
+DEFAULT_STORAGE_DIR = "checkpoints"
+"""Where ``CheckpointCoordinator.new`` keeps checkpoints: a directory beside the id log."""
 
 
-class CheckpointAbandoned(CoordinatorError):
-    """A checkpoint attempt could not complete (capture, persistence or an abortable transaction)."""
+class OperatorState(Protocol):
+    """State an operator keeps whole: what a checkpoint captures and a restore puts back."""
+
+    def snapshot(self) -> bytes:
+        """The state as bytes; may raise, which fails the checkpoint."""
+        ...
+
+    def restore(self, snapshot: bytes | None) -> None:
+        """Replace the state with ``snapshot`` (None: the checkpoint holds nothing of this operator)."""
+        ...
 
 
-class PipelineHalted(CoordinatorError):
-    """A deterministic failure (poison input) would loop through recovery for ever: stop without committing."""
+class CheckpointFailed(CheckpointError):
+    """A checkpoint could not be taken; it was not completed and its id stays burned."""
+
+    def __init__(self, checkpoint_id: int, reason: str) -> None:
+        super().__init__(f"checkpoint {checkpoint_id} failed: {reason}")
+        self.checkpoint_id = checkpoint_id
 
 
-class ImmediateStop(CoordinatorError):
-    """A second stop signal: stop at once, without a final checkpoint."""
+class SnapshotFailed(CheckpointFailed):
+    """An operator's snapshot raised; ``operator`` names it."""
+
+    def __init__(self, checkpoint_id: int, operator: str, error: BaseException) -> None:
+        super().__init__(checkpoint_id, f"the snapshot of operator {operator!r} raised {error!r}")
+        self.operator = operator
 
 
-class StoppedBeforeStart(CoordinatorError):
-    """A stop was requested while the connector was still starting: nothing was opened for writing."""
+class UnknownCheckpoint(CheckpointError):
+    """The id is not an active checkpoint of this coordinator (never triggered, or already ended)."""
 
 
-class StopRequest:
-    """SIGTERM/SIGINT for a whole run: the first asks for a graceful stop, the second stops at once.
-
-    One object serves every phase (start-up, recovery, the cycle loop, a restart's backoff), so a signal is
-    honoured wherever it lands: phases poll ``requested`` between bounded steps or ``wait`` on it. The
-    second request raises ``ImmediateStop`` from the signal handler, at the next bytecode of the main thread.
-    """
-
-    def __init__(self) -> None:
-        self._requested = threading.Event()
-
-    def request(self) -> None:
-        if self._requested.is_set():
-            raise ImmediateStop("second stop signal: stopping at once without a final checkpoint")
-        self._requested.set()
-
-    @property
-    def requested(self) -> bool:
-        return self._requested.is_set()
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True at once when a stop is requested meanwhile."""
-        return self._requested.wait(seconds)
-
-    def install(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.request())
+class OperatorAlreadyRegistered(CheckpointError):
+    """Two operators under one name would overwrite each other's state in every checkpoint."""
 
 
 @dataclass(frozen=True)
-class CheckpointAttempt:
-    """A durably reserved checkpoint id; once reserved it is never handed out again."""
+class CheckpointMetadata:
+    """A triggered checkpoint: its durably reserved id and when it was triggered (Unix seconds)."""
 
     checkpoint_id: int
-    reserved_at: float = field(default_factory=time.time)
+    triggered_at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
-class ControlMessage:
-    """Add or drop a stream while the pipeline runs."""
+class CheckpointCoordinatorConfig:
+    """A coordinator with file storage: checkpoints and the id log in ``storage_path``."""
 
-    action: Literal["add", "drop"]
-    source: str
-    settings: Any = None
+    storage_path: Path
 
 
-class Source(Protocol):
-    """What the coordinator needs of a source (``connectors.source.KafkaSource`` is one)."""
+@dataclass(frozen=True)
+class RestoredOperator:
+    """What ``restore_partitions`` put back into one keyed operator."""
 
-    name: str
-
-    def poll_batch(self, timeout: float) -> SourceBatch | None: ...
-    def position(self) -> SourceCheckpoint: ...
-    def inject_barrier(self, checkpoint_id: int) -> SourceCheckpoint: ...
-    def restore(self, checkpoint: SourceCheckpoint) -> None: ...
-    def reached(self, ends: Mapping[int, int]) -> bool: ...
-    def pause(self) -> None: ...
-    def resume(self) -> None: ...
-    def close(self) -> None: ...
+    size_bytes: int
+    seconds: float
 
 
-class EpochControl(Protocol):
-    """What the pipeline may ask of the coordinator from inside a rebalance callback: commit the epoch now
-    (partitions are about to be revoked) or abandon it (they were lost). Safe there because the coordinator
-    polls one source per cycle, so when a callback runs every record handed out is already processed."""
+class PeriodicCheckpointing:
+    """A background thread taking a checkpoint every ``interval`` seconds until ``stop()``.
 
-    def checkpoint(self) -> bool: ...
-    def abandon(self, reason: str) -> None: ...
+    A failed checkpoint (a snapshot that raised, the storage or the id log failing) is logged and kept in
+    ``failures``; the next one is tried at the next interval.
+    """
 
+    def __init__(self, coordinator: CheckpointCoordinator, interval: float) -> None:
+        if interval <= 0:
+            raise ValueError(f"the checkpoint interval must be positive, got {interval}")
+        self._coordinator = coordinator
+        self._interval = interval
+        self._stopped = threading.Event()
+        self.failures: list[CheckpointError] = []
+        self._thread = threading.Thread(target=self._run, name="periodic-checkpoints", daemon=True)
+        self._thread.start()
 
-class PipelineCallback(Protocol):
-    """The seam between the coordinator and sources' consumers, operators, state and sinks."""
-
-    def recover(self, control: EpochControl) -> list[Source]:
-        """Fence older instances and return the sources; each partition's committed state is restored when
-        the group assigns it (``control`` serves the commits and aborts rebalances need)."""
-
-    def filter_late_rows(self, source: str, batch: SourceBatch) -> SourceBatch:
-        """Set apart the rows event-time state can no longer take (late, or without an event time), as dead
-        letters or dropped, counted either way; a source that feeds no event-time state keeps every row."""
-
-    def extract_watermark(self, source: str, batch: SourceBatch) -> None: ...
-
-    def current_watermark(self) -> Watermark: ...
-
-    def execute_cycle(self, source_batches: Sequence[SourceBatch], watermark: Watermark) -> pa.Table | None:
-        """Run the operators over this cycle's rows; raises ``CycleFailed``."""
-
-    def write_to_sinks(self, results: pa.Table | None) -> None: ...
-
-    def reserve_checkpoint_attempt(self) -> CheckpointAttempt: ...
-
-    def checkpoint_with_barrier(self, source_checkpoints: Mapping[str, SourceCheckpoint],
-                                attempt: CheckpointAttempt) -> None:
-        """Capture state and commit the epoch at these cuts; raises ``CheckpointAbandoned``."""
-
-    def abandon_checkpoint_attempt(self, attempt: CheckpointAttempt | None,
-                                   reason: str) -> Mapping[str, SourceCheckpoint]:
-        """Abort the epoch, restore the last committed state; returns the cuts to rewind sources to."""
-
-    def record_cycle(self, events: int, batches: int, elapsed_ns: int) -> None: ...
-
-    def input_ended(self, ends: Mapping[str, Mapping[int, int]]) -> bool:
-        """Everything up to ``ends`` (and whatever the connector derived from it) is committed by the group."""
-
-    def apply_control(self, msg: ControlMessage) -> Source | None:
-        """An added stream's source (positioned), or None for a drop."""
-
-    def is_backpressured(self) -> bool: ...
-
-    def fault_on_cycle_error(self) -> bool:
-        """True (exactly-once): a failed cycle abandons the epoch; False: the cycle is dropped and counted."""
-
-    def take_pipeline_halt(self) -> str | None:
-        """A reason to halt when the same failure recurs after recovery (deterministic poison input)."""
-
-    def close_sinks(self) -> None: ...
-
-
-@dataclass
-class CoordinatorSettings:
-    checkpoint_interval_s: float = 1.0
-    poll_timeout_s: float = 0.1
-    stop_at: Mapping[str, Mapping[int, int]] | None = None
-
-
-class StreamingCoordinator:
-    """Runs cycles and checkpoints until stopped, the input ends (``stop_at_end``) or a halt."""
-
-    def __init__(self, callback: PipelineCallback, settings: CoordinatorSettings,
-                 clock: Callable[[], float] = time.monotonic, stop: StopRequest | None = None) -> None:
-        self.callback = callback
-        self.settings = settings
-        self._clock = clock
-        self.stop = stop or StopRequest()
-        self._sources: dict[str, Source] = {}
-        self._controls: list[ControlMessage] = []
-        self._paused = False
-        self._dirty = False
-        self._handed_out = False  # a cycle of this run has had records or output
-        self._turn = 0
-        self._committed_cuts: dict[str, SourceCheckpoint] = {}
-        self.checkpoints_committed = 0
-        self.checkpoints_abandoned = 0
-
-    # -- control ---------------------------------------------------------------------------------
-    def request_stop(self) -> None:
-        """Graceful stop: finish the cycle, take a final checkpoint, return. A second request is immediate."""
-        self.stop.request()
-
-    def install_signal_handlers(self) -> None:
-        self.stop.install()
-
-    def submit(self, msg: ControlMessage) -> None:
-        """Queue a control message; it is applied between cycles."""
-        self._controls.append(msg)
+    def stop(self, timeout: float | None = None) -> None:
+        """No checkpoint starts after this call; waits (up to ``timeout``, None: for ever) for the one in
+        progress to end."""
+        self._stopped.set()
+        self._thread.join(timeout)
 
     @property
-    def sources(self) -> Mapping[str, Source]:
-        return dict(self._sources)
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
-    # -- the loop ---------------------------------------------------------------------------------
-    def run(self) -> None:
-        """Recover, then cycle until stopped. ``settings.stop_at`` (end offsets per source, captured
-        once when the connector started) makes it return once everything up to them is committed."""
-        try:
-            self.start()
-            ends = self.settings.stop_at
-            next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
-            while True:
-                self._apply_controls()
-                self._apply_backpressure()
-                polled = self.run_cycle()
-                if ends is not None and not polled and not self._dirty and self._moved_since_commit():
-                    self._dirty = True  # past trailing transaction markers: the group must see that too
-                at_end = ends is not None and not polled and self.callback.input_ended(ends)
-                committed = True
-                if self.stop.requested or at_end or self._clock() >= next_checkpoint or self._first_epoch_has_output():
-                    committed = self.checkpoint()
-                    next_checkpoint = self._clock() + self.settings.checkpoint_interval_s
-                # At the end only a committed epoch counts: an abandoned one was rewound and is read again.
-                if (self.stop.requested or (at_end and committed)) and not self._dirty:
-                    return
-        finally:
-            self.close()
+    def __enter__(self) -> Self:
+        return self
 
-    def start(self) -> None:
-        """Recovery: the callback fences older instances, restores the committed state and hands over the
-        positioned sources. ``run`` starts with it; a caller stepping cycles itself (the test driver) too."""
-        self._sources = {source.name: source for source in self.callback.recover(self)}
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
-    def run_cycle(self) -> int:
-        """One cycle: poll, filter late rows, watermarks, execute, write. Returns batches polled."""
-        started = time.perf_counter_ns()
-        polled = self._poll_one()
-        # Late rows are judged against the watermark from before this cycle, then watermarks advance.
-        batches = [self.callback.filter_late_rows(name, batch) for name, batch in polled]
-        for (name, _), batch in zip(polled, batches):
-            self.callback.extract_watermark(name, batch)
-        watermark = self.callback.current_watermark()
-        try:
-            results = self.callback.execute_cycle(batches, watermark)
-        except CycleFailed as failure:
-            self._on_cycle_failure(failure)
-            return len(batches)
-        self.callback.write_to_sinks(results)
-        if batches or (results is not None and results.num_rows):
-            self._dirty = True
-            self._handed_out = True
-        events = sum(batch.batch.num_rows for batch in batches)
-        self.callback.record_cycle(events, len(batches), time.perf_counter_ns() - started)
-        return len(batches)
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._coordinator.checkpoint()
+            except CheckpointError as failure:
+                log.error("periodic checkpoint failed", extra={"error": str(failure)})
+                self.failures.append(failure)
 
-    def _poll_one(self) -> list[tuple[str, SourceBatch]]:
-        """A batch of the first source that has one, taking turns. One source per cycle, because a poll may
-        run a rebalance callback that commits the epoch: nothing another source handed out may be waiting
-        unprocessed then, or the commit's cut would cover records whose output was never written."""
-        names = list(self._sources)
-        for turn in range(len(names)):
-            name = names[(self._turn + turn) % len(names)]
-            batch = self._sources[name].poll_batch(self.settings.poll_timeout_s / len(names))
-            if batch is not None:
-                self._turn = (self._turn + turn + 1) % len(names)
-                return [(name, batch)]
-        return []
 
-    def abandon(self, reason: str) -> None:
-        """Abort the open epoch and rewind every source to the last committed cut (partitions were lost)."""
-        self._rewind(None, reason)
-        self.checkpoints_abandoned += 1
+class CheckpointCoordinator:
+    """Captures every registered operator into a checkpoint, persists it, completes it, restores from it.
 
-    def _on_cycle_failure(self, failure: CycleFailed) -> None:
-        if not self.callback.fault_on_cycle_error():
-            log.error("cycle dropped", extra={"error": str(failure)})
-            self._dirty = True  # its rows went to the dead-letter topic and its offsets moved: commit them
-            return
-        log.error("cycle failed, recovering from the last committed checkpoint", extra={"error": str(failure)})
-        self._rewind(None, str(failure))
-        halt = self.callback.take_pipeline_halt()
-        if halt is not None:
-            raise PipelineHalted(f"{halt}; the failure: {failure}") from failure
+    Thread-safe: one lock orders registration, checkpoints and restores (periodic checkpointing runs on a
+    thread of its own). Registered states are called under that lock; they must not be mutated by another
+    thread meanwhile.
+    """
 
-    def checkpoint(self) -> bool:
-        """Reserve, barrier, capture and commit; True when the epoch committed."""
-        if not self._dirty:
-            return True
-        attempt = self.callback.reserve_checkpoint_attempt()
-        cuts = {name: source.inject_barrier(attempt.checkpoint_id) for name, source in self._sources.items()}
-        try:
-            self.callback.checkpoint_with_barrier(cuts, attempt)
-        except CheckpointAbandoned as abandoned:
-            log.warning("checkpoint abandoned",
-                        extra={"checkpoint_id": attempt.checkpoint_id, "reason": str(abandoned)})
-            self._rewind(attempt, str(abandoned))
-            self.checkpoints_abandoned += 1
-            return False
-        self._dirty = False
-        self._committed_cuts = cuts
-        self.checkpoints_committed += 1
-        return True
+    def __init__(self, ids: CheckpointIdLog, storage: CheckpointStorage) -> None:
+        self._ids = ids
+        self._storage = storage
+        self._operators: dict[str, OperatorState | KeyedState] = {}
+        self._active: dict[int, CheckpointMetadata] = {}
+        self._failed: set[int] = set()
+        self._lock = threading.RLock()
 
-    def _first_epoch_has_output(self) -> bool:
-        """The run's first epoch commits as soon as a cycle has had records, not at the end of the interval:
-        a user sees the first output (and the group's first committed offsets) a moment after start, and a
-        short run does not wait out a whole interval. It is one more small transaction per run; an epoch
-        that was abandoned first means trouble, so after one the interval rules again."""
-        return (self._dirty and self._handed_out
-                and self.checkpoints_committed + self.checkpoints_abandoned == 0)
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    def new(cls, ids: CheckpointIdLog) -> CheckpointCoordinator:
+        """Ids reserved in ``ids``; checkpoints as files in a ``checkpoints`` directory beside it."""
+        return cls(ids, FileCheckpointStorage(ids.path.parent / DEFAULT_STORAGE_DIR))
 
-    def _moved_since_commit(self) -> bool:
-        """A source's position moved without handing out a record (over transaction markers): its offsets
-        are worth committing, or instances waiting for the group's committed offsets would wait for ever."""
-        return any(source.position() != self._committed_cuts.get(name) for name, source in self._sources.items())
+    @classmethod
+    def from_config(cls, config: CheckpointCoordinatorConfig) -> CheckpointCoordinator:
+        """Checkpoints as files in ``config.storage_path``, ids in its ``ids.log``: a new process given the
+        same path restores what an earlier one completed and reserves ids above all it reserved."""
+        return cls(CheckpointIdLog(config.storage_path / ID_LOG_NAME), FileCheckpointStorage(config.storage_path))
 
-    def _rewind(self, attempt: CheckpointAttempt | None, reason: str) -> None:
-        cuts = self.callback.abandon_checkpoint_attempt(attempt, reason)
-        for name, cut in cuts.items():
-            if name in self._sources:
-                self._sources[name].restore(cut)
-        self._dirty = False
+    def with_storage(self, storage: CheckpointStorage) -> Self:
+        """This coordinator, keeping checkpoints in ``storage`` from now on (before the first checkpoint)."""
+        with self._lock:
+            if self._active:
+                raise CheckpointError("the storage cannot change while a checkpoint is active")
+            self._storage = storage
+            return self
 
-    def _apply_backpressure(self) -> None:
-        pressured = self.callback.is_backpressured()
-        if pressured != self._paused:
-            for source in self._sources.values():
-                source.pause() if pressured else source.resume()
-            self._paused = pressured
-            log.info("backpressure", extra={"paused": pressured})
+    @property
+    def storage(self) -> CheckpointStorage:
+        return self._storage
 
-    def _apply_controls(self) -> None:
-        while self._controls:
-            msg = self._controls.pop(0)
-            if msg.action == "drop" and msg.source in self._sources:
-                self.checkpoint()  # what the dropped stream has handed out is committed first
-                self._sources.pop(msg.source).close()
-            added = self.callback.apply_control(msg)
-            if added is not None:
-                self._sources[added.name] = added
-            log.info("control applied", extra={"action": msg.action, "source": msg.source})
+    # -- operators ---------------------------------------------------------------------------------
+    def register_operator(self, name: str, state: OperatorState | KeyedState) -> None:
+        """Include ``state`` in every checkpoint from now on, under ``name`` (unique)."""
+        with self._lock:
+            if name in self._operators:
+                raise OperatorAlreadyRegistered(f"an operator named {name!r} is already registered")
+            self._operators[name] = state
 
-    def close(self) -> None:
-        try:
-            self.callback.close_sinks()
-        finally:
-            for source in self._sources.values():
-                source.close()
+    @property
+    def operator_count(self) -> int:
+        return len(self._operators)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def checkpoint(self) -> int:
+        """Trigger, capture, persist and complete one checkpoint; its id once it is durably complete.
+        Raises ``CheckpointFailed`` (after failing the checkpoint) when any step does not succeed."""
+        with self._lock:
+            checkpoint_id = self.trigger_checkpoint().checkpoint_id
+            try:
+                self.capture_checkpoint(checkpoint_id)
+                self.complete_checkpoint(checkpoint_id, success=True)
+            except CheckpointFailed:
+                raise
+            except (OSError, CheckpointError) as error:  # the storage's: not written, or not completed
+                raise CheckpointFailed(checkpoint_id, f"the storage failed: {error}") from error
+            return checkpoint_id
+
+    def trigger_checkpoint(self) -> CheckpointMetadata:
+        """Reserve the next id durably and make it active; nothing is captured yet."""
+        with self._lock:
+            metadata = CheckpointMetadata(self._ids.reserve())
+            self._active[metadata.checkpoint_id] = metadata
+            return metadata
+
+    def capture_checkpoint(self, checkpoint_id: int) -> int:
+        """Snapshot every registered operator (a keyed one: its changed partitions) and persist the pieces
+        under the active ``checkpoint_id``; the bytes persisted. Not complete yet. On any failure the
+        checkpoint is failed first (``SnapshotFailed`` for a snapshot, else the storage's error)."""
+        with self._lock:
+            self._require_active(checkpoint_id)
+            try:
+                size = self._storage.persist(checkpoint_id, self._capture(checkpoint_id))
+            except BaseException:
+                self.complete_checkpoint(checkpoint_id, success=False)
+                raise
+            for state in self._keyed_states().values():
+                state.clear_changed()
+            return size
+
+    def complete_checkpoint(self, checkpoint_id: int, success: bool) -> None:
+        """End an active checkpoint: ``success`` makes the storage complete it (it counts from then on),
+        otherwise it is discarded. Failing a checkpoint that already failed does nothing (a failed capture
+        ends its checkpoint itself)."""
+        with self._lock:
+            if not success and checkpoint_id in self._failed:
+                return
+            self._require_active(checkpoint_id)
+            del self._active[checkpoint_id]
+            if not success:
+                self._failed.add(checkpoint_id)
+                self._storage.discard(checkpoint_id)
+                return
+            try:
+                self._storage.complete(checkpoint_id)
+            except BaseException:
+                self._failed.add(checkpoint_id)
+                self._storage.discard(checkpoint_id)
+                raise
+
+    def _capture(self, checkpoint_id: int) -> dict[StateKey, bytes]:
+        pieces: dict[StateKey, bytes] = {}
+        for name, state in self._operators.items():
+            try:
+                if isinstance(state, KeyedState):
+                    pieces.update({StateKey(name, partition): state.snapshot_partition(partition)
+                                   for partition in sorted(state.changed_partitions())})
+                else:
+                    pieces[StateKey(name)] = state.snapshot()
+            except Exception as error:
+                raise SnapshotFailed(checkpoint_id, name, error) from error
+        return pieces
+
+    def _require_active(self, checkpoint_id: int) -> None:
+        if checkpoint_id not in self._active:
+            raise UnknownCheckpoint(f"checkpoint {checkpoint_id} is not active")
+
+    @property
+    def active_count(self) -> int:
+        return len(self._active)
+
+    @property
+    def active_metadata(self) -> list[CheckpointMetadata]:
+        """The active checkpoints, oldest first."""
+        with self._lock:
+            return [self._active[checkpoint_id] for checkpoint_id in sorted(self._active)]
+
+    @property
+    def completed_count(self) -> int:
+        """How many completed checkpoints the storage holds."""
+        return len(self._storage.completed())
+
+    @property
+    def latest_checkpoint(self) -> int | None:
+        """The newest completed checkpoint the storage holds; None before the first."""
+        return max(self._storage.completed(), default=None)
+
+    def clear_old_checkpoints(self, keep: int) -> list[int]:
+        """Delete every completed checkpoint but the newest ``keep``; the ids deleted."""
+        if keep < 0:
+            raise ValueError(f"keep must not be negative, got {keep}")
+        with self._lock:
+            completed = self._storage.completed()
+            old = completed[:max(len(completed) - keep, 0)]
+            for checkpoint_id in old:
+                self._storage.remove(checkpoint_id)
+            return old
+
+    def start_periodic_checkpointing(self, interval: float) -> PeriodicCheckpointing:
+        """Take a checkpoint every ``interval`` seconds on a background thread; ``stop()`` the handle."""
+        return PeriodicCheckpointing(self, interval)
+
+    # -- restore -----------------------------------------------------------------------------------
+    def restore_checkpoint(self, checkpoint_id: int) -> None:
+        """Put every registered operator back to completed checkpoint ``checkpoint_id``: an
+        ``OperatorState`` whole, a keyed operator on the partitions it holds. Raises
+        ``engine.state.storage.CheckpointNotFound`` for an id that never completed."""
+        with self._lock:
+            keys = [StateKey(name) for name, state in self._operators.items() if not isinstance(state, KeyedState)]
+            keys += [StateKey(name, partition) for name, state in self._keyed_states().items()
+                     for partition in sorted(state.partitions())]
+            loaded = self._storage.load(checkpoint_id, keys)
+            for key in keys:
+                self._restore_piece(key, loaded[key])
+
+    def restore_partitions(self, partitions: Collection[int]) -> dict[str, RestoredOperator]:
+        """Give every keyed operator these source partitions' state from the newest completed checkpoint
+        (partitions just assigned, or rewound after an abandoned epoch); per operator, what was restored."""
+        restored = {}
+        with self._lock:
+            for name in self._keyed_states():
+                started = time.monotonic()
+                keys = [StateKey(name, partition) for partition in partitions]
+                loaded = self._storage.load(None, keys)
+                for key in keys:
+                    self._restore_piece(key, loaded[key])
+                restored[name] = RestoredOperator(sum(len(data or b"") for data in loaded.values()),
+                                                  time.monotonic() - started)
+        return restored
+
+    def _restore_piece(self, key: StateKey, data: bytes | None) -> None:
+        state = self._operators[key.operator]
+        if isinstance(state, KeyedState):
+            assert key.partition is not None
+            state.restore_partition(key.partition, data)
+        else:
+            state.restore(data)
+
+    def _keyed_states(self) -> dict[str, KeyedState]:
+        return {name: state for name, state in self._operators.items() if isinstance(state, KeyedState)}
+

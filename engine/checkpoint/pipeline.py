@@ -22,14 +22,14 @@ import pyarrow as pa
 from confluent_kafka import TopicPartition
 
 from connectors.batch import SourceBatch
-from connectors.changelog import ChangelogError, ChangelogTimeout
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import DeadLetter, PoisonRecord, dead_letters_from_rows, unwritten_dead_letters
 from connectors.metadata import KEY, OFFSET, PARTITION, TIMESTAMP, is_metadata_column
 from connectors.offset_metadata import CommittedEpoch, MalformedOffsetMetadata, checkpoint_metadata, committed_epoch
 from connectors.source import KafkaSource, PartitionListener, SourceSettings, SourceUnavailable
 from connectors.watermarks import WatermarkTracker, judge_event_time
-from engine.checkpoint.coordinator import (
+from engine.checkpoint.coordinator import CheckpointCoordinator
+from engine.checkpoint.loop import (
     CheckpointAbandoned,
     CheckpointAttempt,
     ControlMessage,
@@ -45,7 +45,14 @@ from engine.config import ConnectorConfig
 from engine.instance import Instance, resolve_instance
 from engine.metrics import Metrics
 from engine.state import CheckpointIdLog, KeyedState, StateDirLock
-from engine.state.changelog import KafkaStateChangelog, StateChangelog, changelog_topic, state_records
+from engine.state.changelog import (
+    KafkaChangelogStorage,
+    KafkaStateChangelog,
+    StateChangelog,
+    StateReadTimedOut,
+    StateUnreadable,
+    changelog_topic,
+)
 from engine.transforms import OperatorRuntimeError, Watermark
 from engine.transforms.repartition import (
     carried,
@@ -83,7 +90,7 @@ class RecoveryError(RuntimeError):
 
 
 class PipelineSource(Source, Protocol):
-    """What the pipeline needs of a source beyond the coordinator's ``Source``: its format and watermarks,
+    """What the pipeline needs of a source beyond the loop's ``Source``: its format and watermarks,
     the group's committed offsets, its partitions and its cut. ``connectors.source.KafkaSource`` is the real
     one; the broker-free test driver (``engine.testing.driver``) has an in-memory one."""
 
@@ -150,6 +157,11 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self._new_source = open_source or (lambda settings: KafkaSource(
             settings, bootstrap, config.group_id, member=instance.member(settings.name), timeout=timeout))
         self._changelog = changelog or KafkaStateChangelog(bootstrap, client_config(config), timeout)
+        self.checkpoints = CheckpointCoordinator.new(self._ids).with_storage(
+            KafkaChangelogStorage(self.sink, self._changelog, config.name, instance.name))
+        """Every keyed state is captured and restored through it, on the changelog topics."""
+        for operator, state in self._keyed_states().items():
+            self.checkpoints.register_operator(operator, state)
         self._source_settings = {SOURCE_NAME: source_settings(config)}
         if self.stages is not None:
             # Rows of every source partition meet on the repartition topic: read them in event-time order.
@@ -328,25 +340,19 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
 
     def _restore_keyed(self, partitions: Sequence[int]) -> None:
         """Each partition's keyed state from the last committed record of its changelog partition."""
-        for operator, state in self._keyed_states().items():
-            started = time.monotonic()
-            restored = 0
-            for partition in partitions:
-                topic = self._changelog_topic(operator)
-                try:
-                    data = self._changelog.latest(topic, partition)
-                except ChangelogTimeout as error:  # e.g. a dead owner's transaction not yet timed out
-                    raise SourceUnavailable(f"restoring {operator!r} partition {partition}: {error}") from error
-                except ChangelogError as error:
-                    raise RecoveryError(f"the state of {operator!r} partition {partition} cannot be read from "
-                                        f"{topic!r} ({error}); starting without it would lose window results"
-                                        ) from error
-                state.restore_partition(partition, data)
-                restored += len(data or b"")
-            elapsed = time.monotonic() - started
-            self.metrics.state_restored(operator, seconds=elapsed, size_bytes=restored)
+        try:
+            restored = self.checkpoints.restore_partitions(partitions)
+        except StateReadTimedOut as error:  # e.g. a dead owner's transaction not yet timed out
+            raise SourceUnavailable(f"restoring {error.key.operator!r} partition {error.key.partition}: "
+                                    f"{error.cause}") from error
+        except StateUnreadable as error:
+            raise RecoveryError(f"the state of {error.key.operator!r} partition {error.key.partition} cannot be "
+                                f"read from {error.topic!r} ({error.cause}); starting without it would lose "
+                                "window results") from error
+        for operator, done in restored.items():
+            self.metrics.state_restored(operator, seconds=done.seconds, size_bytes=done.size_bytes)
             log.info("state restored", extra={"operator": operator, "partitions": list(partitions),
-                                              "bytes": restored, "seconds": round(elapsed, 3)})
+                                              "bytes": done.size_bytes, "seconds": round(done.seconds, 3)})
 
     def _epoch_named_by(self, source: PipelineSource, partition: int, metadata: str | None) -> CommittedEpoch | None:
         """The epoch in a committed offset's metadata; unreadable metadata is a ``RecoveryError`` naming the
@@ -560,7 +566,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
 
     # -- checkpoints -------------------------------------------------------------------------------
     def reserve_checkpoint_attempt(self) -> CheckpointAttempt:
-        return CheckpointAttempt(self._ids.reserve())
+        triggered = self.checkpoints.trigger_checkpoint()
+        return CheckpointAttempt(triggered.checkpoint_id, triggered.triggered_at)
 
     def checkpoint_with_barrier(self, source_checkpoints: Mapping[str, SourceCheckpoint],
                                 attempt: CheckpointAttempt) -> None:
@@ -575,6 +582,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
                                     for name, cut in source_checkpoints.items()])
         except EpochAborted as error:
             raise CheckpointAbandoned(f"checkpoint {checkpoint_id}: {error}") from error
+        self.checkpoints.complete_checkpoint(checkpoint_id, success=True)
+        self.checkpoints.clear_old_checkpoints(keep=1)  # compaction keeps one state per partition anyway
         self._finish_external(checkpoint_id)
         self._committed_id = checkpoint_id
         for name, cut in source_checkpoints.items():
@@ -607,14 +616,9 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             self.external.commit(checkpoint_id)
 
     def _capture_keyed_state(self, checkpoint_id: int) -> int:
-        """The changed partitions' state into their changelogs, inside the epoch's transaction."""
-        size = 0
-        for operator, state in self._keyed_states().items():
-            changed = {p: state.snapshot_partition(p) for p in sorted(state.changed_partitions())}
-            records = state_records(self._changelog_topic(operator), changed, checkpoint_id, self.instance.name)
-            size += self.sink.write_records(records).bytes
-            state.clear_changed()
-        return size
+        """The changed partitions' state into their changelogs, inside the epoch's transaction (the
+        coordinator's storage is ``KafkaChangelogStorage`` over this pipeline's sink)."""
+        return self.checkpoints.capture_checkpoint(checkpoint_id)
 
     def _tagged(self, source: str, cut: SourceCheckpoint, checkpoint_id: int) -> list[TopicPartition]:
         """The cut's offsets, each naming the epoch and carrying its partition's largest event time and its
@@ -649,6 +653,8 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
         self.sink.abort_epoch()
         if self.external is not None:
             self.external.abort(attempt.checkpoint_id if attempt is not None else None)
+        if attempt is not None:
+            self.checkpoints.complete_checkpoint(attempt.checkpoint_id, success=False)
         cuts = {}
         for name, source in self._sources.items():
             owned = source.owned()

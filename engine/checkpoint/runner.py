@@ -1,4 +1,4 @@
-"""Running one connector: build the pipeline, run the coordinator, restart it after recoverable failures.
+"""Running one connector: build the pipeline, run the epoch loop, restart it after recoverable failures.
 
 Why restart in-process: a broker restart or a timed-out commit leaves the producer in a state where the
 outcome of the last commit is unknown. The only safe way on is the recovery path itself (a new producer,
@@ -19,13 +19,13 @@ from connectors.admin import KafkaUnreachable, TopicAdminError, check_connection
 from connectors.checkpoint import SourceCheckpoint
 from connectors.dead_letter import PoisonRecord
 from connectors.source import SourceNotAuthorized, SourceUnavailable, TopicMissing
-from engine.checkpoint.coordinator import (
-    CoordinatorSettings,
+from engine.checkpoint.loop import (
+    EpochLoop,
+    EpochLoopSettings,
     ImmediateStop,
     PipelineHalted,
     StoppedBeforeStart,
     StopRequest,
-    StreamingCoordinator,
 )
 from engine.checkpoint.pipeline import KafkaPipeline, RecoveryError
 from engine.checkpoint.totals import RunTotals
@@ -155,13 +155,13 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
     while True:
         pipeline = KafkaPipeline(config, options.bootstrap, metrics, options.crash_point, instance=instance,
                                  cycle_observer=observer, stop=stop, totals=options.totals)
-        coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(
+        loop = EpochLoop(pipeline, EpochLoopSettings(
             checkpoint_interval_s=config.checkpoint.interval / 1000, stop_at=stop_at), stop=stop)
         try:
-            coordinator.run()
+            loop.run()
             options.totals.outcome = "stopped" if stop.requested else "finished"
             log.info("connector stopped", extra={"connector": config.name,
-                                                 "checkpoints": coordinator.checkpoints_committed})
+                                                 "checkpoints": loop.checkpoints_committed})
             return
         except (StoppedBeforeStart, CallInterrupted) as stopped:
             log.info("connector stopped by a signal before it could finish a call to Kafka; the next start "
@@ -171,7 +171,7 @@ def _run(config: ConnectorConfig, options: RunOptions, stop: StopRequest) -> Non
         except PERMANENT_FAILURES as permanent:
             raise ConnectorFailed(f"{config.name}: {permanent}") from permanent
         except (SinkError, SourceUnavailable) as error:
-            backoff = restarts.next_backoff(committed_since_last_restart=coordinator.checkpoints_committed > 0)
+            backoff = restarts.next_backoff(committed_since_last_restart=loop.checkpoints_committed > 0)
             if backoff is None:
                 raise ConnectorFailed(f"{config.name}: giving up after {options.max_restarts} restarts in a row "
                                       f"without a committed checkpoint: {error}") from error

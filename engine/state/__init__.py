@@ -12,6 +12,9 @@ transaction. Locally, in the instance's state directory, only what must never be
   partition's state moves with the partition through its changelog.
 - ``changelog``: the changelog topics (``<connector>-<operator>-changelog``) keyed state is written to and
   restored from.
+- ``storage``: the ``CheckpointStorage`` protocol a checkpoint's operator state is written through (by
+  ``engine.checkpoint.CheckpointCoordinator``) and ``FileCheckpointStorage``, its durable local files;
+  ``changelog.KafkaChangelogStorage`` is the runtime's, on the changelog topics.
 - ``files.write_atomically``: a small local file replaced whole and durably (temp file, fsync, rename,
   fsync dir), for the id log, the generated instance name and batch plans.
 
@@ -24,14 +27,26 @@ from engine.state.files import write_atomically
 from engine.state.ids import CheckpointIdLog
 from engine.state.keyed import KeyedState
 from engine.state.lock import StateDirLock
+from engine.state.storage import (
+    CheckpointNotFound,
+    CheckpointStorage,
+    FileCheckpointStorage,
+    StateKey,
+    StoredCheckpointCorrupted,
+)
 
 __all__ = [
     "CheckpointCorrupted",
     "CheckpointError",
     "CheckpointIdLog",
+    "CheckpointNotFound",
     "CheckpointPersistFailed",
+    "CheckpointStorage",
+    "FileCheckpointStorage",
     "KeyedState",
     "StateDirLock",
     "StateDirLocked",
+    "StateKey",
+    "StoredCheckpointCorrupted",
     "write_atomically",
 ]

@@ -4,18 +4,32 @@ Writing goes through the sink (``state_records``: one record per changed partiti
 partition in the epoch's own transaction), so state commits with the output and the offsets or not at all.
 Reading is ``StateChangelog.latest``: the last committed record of a partition, read by a consumer outside
 the group (``connectors.changelog.ChangelogReader``). The test driver has an in-memory ``StateChangelog``.
+
+``KafkaChangelogStorage`` is both as a ``CheckpointStorage`` (``engine.state.storage``): the storage the
+runtime's ``CheckpointCoordinator`` captures keyed state into and restores it from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from connectors.admin import ensure_topic
-from connectors.changelog import ChangelogReader, changelog_topic, state_record
-from sinks import OutgoingRecord
+from connectors.changelog import ChangelogError, ChangelogReader, ChangelogTimeout, changelog_topic, state_record
+from engine.state.errors import CheckpointError
+from engine.state.storage import StateKey
+from sinks import OutgoingRecord, Sink
 
-__all__ = ["KafkaStateChangelog", "StateChangelog", "changelog_topic", "state_records"]
+__all__ = [
+    "KafkaChangelogStorage",
+    "KafkaStateChangelog",
+    "StateChangelog",
+    "StateNotPartitioned",
+    "StateReadTimedOut",
+    "StateUnreadable",
+    "changelog_topic",
+    "state_records",
+]
 
 
 class StateChangelog(Protocol):
@@ -64,3 +78,83 @@ class KafkaStateChangelog:
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
+
+
+class StateNotPartitioned(CheckpointError):
+    """A changelog keeps state per source partition: an operator's whole, unpartitioned state has no place."""
+
+
+class StateUnreadable(CheckpointError):
+    """A piece of committed state cannot be read back; ``key`` and ``topic`` say which."""
+
+    def __init__(self, key: StateKey, topic: str, cause: ChangelogError) -> None:
+        super().__init__(f"{key.operator!r} partition {key.partition} cannot be read from {topic!r}: {cause}")
+        self.key = key
+        self.topic = topic
+        self.cause = cause
+
+
+class StateReadTimedOut(StateUnreadable):
+    """Reading timed out (e.g. a dead owner's transaction is still open): waiting may heal it."""
+
+
+class KafkaChangelogStorage:
+    """A ``CheckpointStorage`` of keyed state on changelog topics, written inside the epoch's transaction.
+
+    ``persist`` produces each changed partition's snapshot through ``sink`` into the open transaction (the
+    same records ``state_records`` always made); ``complete`` and ``discard`` have nothing to do, because
+    the sink's ``commit_epoch`` or ``abort_epoch`` is what makes the records visible or drops them. So a
+    checkpoint here is durable exactly when its Kafka transaction committed, together with the output and
+    the offsets. A compacted changelog keeps only the newest committed state of each partition: ``load``
+    gives that one whatever id it is asked for, which is what recovery wants (the newest committed epoch is
+    the one the group's offsets name). ``completed`` lists the ids completed by this process only (the
+    durable record of what committed is the offsets' metadata); ``remove`` forgets one (compaction deletes).
+    """
+
+    def __init__(self, sink: Sink, changelog: StateChangelog, connector: str, instance: str) -> None:
+        self._sink = sink
+        self._changelog = changelog
+        self._connector = connector
+        self._instance = instance
+        self._completed: list[int] = []
+
+    def topic(self, operator: str) -> str:
+        """The changelog topic of ``operator``."""
+        return changelog_topic(self._connector, operator)
+
+    def persist(self, checkpoint_id: int, pieces: Mapping[StateKey, bytes]) -> int:
+        by_operator: dict[str, dict[int, bytes]] = {}
+        for key, state in pieces.items():
+            if key.partition is None:
+                raise StateNotPartitioned(f"operator {key.operator!r} has no source partitions; a changelog "
+                                          "topic keeps state per partition only")
+            by_operator.setdefault(key.operator, {})[key.partition] = state
+        return sum(self._sink.write_records(state_records(self.topic(operator), snapshots, checkpoint_id,
+                                                          self._instance)).bytes
+                   for operator, snapshots in by_operator.items())
+
+    def complete(self, checkpoint_id: int) -> None:
+        self._completed.append(checkpoint_id)
+
+    def discard(self, checkpoint_id: int) -> None:
+        """Nothing to undo here: aborting the epoch's transaction drops its records."""
+
+    def load(self, checkpoint_id: int | None, keys: Collection[StateKey]) -> dict[StateKey, bytes | None]:
+        return {key: self._latest(key) for key in keys}
+
+    def completed(self) -> list[int]:
+        return list(self._completed)
+
+    def remove(self, checkpoint_id: int) -> None:
+        self._completed.remove(checkpoint_id)
+
+    def _latest(self, key: StateKey) -> bytes | None:
+        if key.partition is None:
+            raise StateNotPartitioned(f"operator {key.operator!r} has no source partitions to restore")
+        topic = self.topic(key.operator)
+        try:
+            return self._changelog.latest(topic, key.partition)
+        except ChangelogTimeout as error:
+            raise StateReadTimedOut(key, topic, error) from error
+        except ChangelogError as error:
+            raise StateUnreadable(key, topic, error) from error

@@ -1,7 +1,9 @@
 """``write_atomically``: a small local file replaced whole and durably, or not at all.
 
-Its users: the checkpoint id log when it is created or compacted (``engine.state.ids``), the generated
-instance name (``engine.instance``) and a batch job's frozen plan (``engine.batch.plan``).
+Its users: the checkpoint id log when it is created or compacted (``engine.state.ids``), the checkpoints of
+``engine.state.storage.FileCheckpointStorage`` (which also uses ``fsync_directory`` to make its own renames
+durable), the generated instance name (``engine.instance``) and a batch job's frozen plan
+(``engine.batch.plan``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 _TEMP_SUFFIX = ".tmp"
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Make a rename inside ``directory`` durable (POSIX needs the directory itself fsynced)."""
     descriptor = os.open(directory, os.O_RDONLY)
     try:
@@ -37,7 +39,7 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
     except OSError:
         temporary.unlink(missing_ok=True)
         raise

@@ -5,7 +5,7 @@ in the source format, with key, partition and timestamp), advance event time, an
 the dead-letter topic would receive, as records in the sink's encoding and as rows.
 
 What makes a test on the driver mean something for a run on a broker: the driver replaces only Kafka. It
-runs the connector's real ``KafkaPipeline`` under the real ``StreamingCoordinator`` (late-row filtering,
+runs the connector's real ``KafkaPipeline`` under the real ``EpochLoop`` (late-row filtering,
 watermarks, the operator chain, windows, transform-error handling, checkpoint capture and restore), over an
 in-memory topic that decodes with the source code's own ``decode_records`` and an in-memory sink that
 encodes with the sinks' own ``encode_rows``. Output becomes visible the way a ``read_committed`` reader
@@ -33,7 +33,7 @@ from connectors.dead_letter import DeadLetter
 from connectors.fetched import RecordColumns
 from connectors.source import PartitionListener, SourceSettings, decode_records
 from connectors.watermarks import WatermarkTracker, observe_batch
-from engine.checkpoint import CoordinatorSettings, KafkaPipeline, StreamingCoordinator
+from engine.checkpoint import EpochLoop, EpochLoopSettings, KafkaPipeline
 from engine.config import ConnectorConfig, load_config
 from engine.instance import Instance
 from engine.metrics import Metrics
@@ -305,9 +305,8 @@ class TransformTestDriver:
                                  instance=Instance(self.config.name, "driver", self._state_dir),
                                  open_source=lambda source: _MemorySource(source, self._kafka.topic(source.topic)),
                                  sink=self._sink, changelog=_MemoryChangelog(self._kafka))
-        self._coordinator = StreamingCoordinator(pipeline, CoordinatorSettings(checkpoint_interval_s=0,
-                                                                               poll_timeout_s=0))
-        self._coordinator.start()
+        self._loop = EpochLoop(pipeline, EpochLoopSettings(checkpoint_interval_s=0, poll_timeout_s=0))
+        self._loop.start()
 
     # -- input -----------------------------------------------------------------------------------------
 
@@ -333,7 +332,7 @@ class TransformTestDriver:
         for source in self._pipeline_sources():
             for partition in source.partitions():
                 source.watermarks.observe(partition, to_ms)
-        self._coordinator.run_cycle()
+        self._loop.run_cycle()
         self._commit()
         self._process()
 
@@ -366,7 +365,7 @@ class TransformTestDriver:
                               {name: dict(parts) for name, parts in self._kafka.changelogs.items()})
 
     def close(self) -> None:
-        self._coordinator.close()
+        self._loop.close()
         shutil.rmtree(self._state_dir, ignore_errors=True)
 
     def __enter__(self) -> TransformTestDriver:
@@ -382,17 +381,17 @@ class TransformTestDriver:
         readable (they go through the repartition topic, as on a broker)."""
         while True:
             appended = self._kafka.appended
-            while self._coordinator.run_cycle():
+            while self._loop.run_cycle():
                 pass
             self._commit()
             if self._kafka.appended == appended:
                 return
 
     def _commit(self) -> None:
-        self._coordinator.checkpoint()
+        self._loop.checkpoint()
 
     def _pipeline_sources(self) -> list[_MemorySource]:
-        return [source for source in self._coordinator.sources.values() if isinstance(source, _MemorySource)]
+        return [source for source in self._loop.sources.values() if isinstance(source, _MemorySource)]
 
 
 def _with_state_dir(config: ConnectorConfig, directory: Path) -> ConnectorConfig:

@@ -14,10 +14,10 @@ from connectors.offset_metadata import committed_epoch
 from connectors.source import KafkaSource, PartitionListener, SourceSettings
 from engine.checkpoint import (
     ConnectorFailed,
-    CoordinatorSettings,
+    EpochLoop,
+    EpochLoopSettings,
     KafkaPipeline,
     RunOptions,
-    StreamingCoordinator,
     run_connector,
 )
 from engine.config import ConnectorConfig, load_config
@@ -83,9 +83,9 @@ def test_the_metrics_count_records_and_wire_bytes_in_and_out(kafka_bootstrap: st
     config, values = connector_with_input(kafka_bootstrap, tmp_path, unique_topic)
     metrics = Metrics()
     ends = {SOURCE_NAME: end_offsets(kafka_bootstrap, config.source.topic)}
-    coordinator = StreamingCoordinator(KafkaPipeline(config, kafka_bootstrap, metrics),
-                                       CoordinatorSettings(checkpoint_interval_s=0.2, stop_at=ends))
-    coordinator.run()
+    loop = EpochLoop(KafkaPipeline(config, kafka_bootstrap, metrics),
+                     EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends))
+    loop.run()
 
     assert_exactly_once(kafka_bootstrap, config.sink.topic, f"{unique_topic}-dlq", kept_ids())
     output = read_values(kafka_bootstrap, config.sink.topic)
@@ -102,8 +102,8 @@ def committed_dead_letters(bootstrap: str, config: ConnectorConfig) -> dict[int,
 
 def run_to_the_end(bootstrap: str, config: ConnectorConfig) -> None:
     ends = {SOURCE_NAME: end_offsets(bootstrap, config.source.topic)}
-    StreamingCoordinator(KafkaPipeline(config, bootstrap),
-                         CoordinatorSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
+    EpochLoop(KafkaPipeline(config, bootstrap),
+              EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
 
 
 def test_each_partitions_committed_offset_carries_its_dead_letters_so_far_across_runs(
@@ -178,7 +178,7 @@ def test_the_sources_open_while_the_fence_runs_and_join_the_group_only_after_it(
     sink.start = fence_once_the_source_is_open  # type: ignore[method-assign]
     pipeline = KafkaPipeline(config, kafka_bootstrap, open_source=open_source, sink=sink)
     ends = {SOURCE_NAME: end_offsets(kafka_bootstrap, config.source.topic)}
-    StreamingCoordinator(pipeline, CoordinatorSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
+    EpochLoop(pipeline, EpochLoopSettings(checkpoint_interval_s=0.2, stop_at=ends)).run()
 
     assert events == ["source opened", "fenced", "subscribed"]
     assert_exactly_once(kafka_bootstrap, config.sink.topic, f"{unique_topic}-dlq", kept_ids())

@@ -60,7 +60,7 @@ def test_restarts_are_counted_in_a_row_and_start_over_once_a_checkpoint_commits(
     monkeypatch.setattr(runner, "open_early", lambda config: None)
     monkeypatch.setattr(runner, "check_connection", lambda *args, **kwargs: None)
     monkeypatch.setattr(runner, "KafkaPipeline", lambda *args, **kwargs: None)
-    monkeypatch.setattr(runner, "StreamingCoordinator", FailingCoordinator)
+    monkeypatch.setattr(runner, "EpochLoop", FailingCoordinator)
     caplog.set_level(logging.WARNING, logger=runner.__name__)
 
     with pytest.raises(ConnectorFailed, match="giving up after 2 restarts in a row without a committed checkpoint"):

@@ -1,4 +1,4 @@
-"""The streaming coordinator's protocol, driven through a fake PipelineCallback (no Kafka)."""
+"""The epoch loop's protocol, driven through a fake PipelineCallback (no Kafka)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import pytest
 
 from connectors.batch import SourceBatch
 from connectors.checkpoint import SourceCheckpoint
-from engine.checkpoint.coordinator import (
+from engine.checkpoint.loop import (
     CheckpointAbandoned,
     CheckpointAttempt,
     ControlMessage,
-    CoordinatorSettings,
     CycleFailed,
+    EpochLoop,
+    EpochLoopSettings,
     ImmediateStop,
     PipelineHalted,
-    StreamingCoordinator,
 )
 from engine.state import CheckpointIdLog
 
@@ -171,18 +171,18 @@ class FakeCallback:
         self.calls.append("close_sinks")
 
 
-def _coordinator(callback: FakeCallback, **settings) -> StreamingCoordinator:
-    chosen = CoordinatorSettings(checkpoint_interval_s=3600, poll_timeout_s=0,
+def _loop(callback: FakeCallback, **settings) -> EpochLoop:
+    chosen = EpochLoopSettings(checkpoint_interval_s=3600, poll_timeout_s=0,
                                  stop_at={s.name: {} for s in callback.sources}, **settings)
-    return StreamingCoordinator(callback, chosen)
+    return EpochLoop(callback, chosen)
 
 
 def test_a_cycle_filters_then_extracts_watermarks_then_executes_then_writes() -> None:
     callback = FakeCallback([FakeSource("a", [[1, 2]]), FakeSource("b", [[3]])])
-    coordinator = _coordinator(callback)
-    coordinator._sources = {s.name: s for s in callback.sources}
-    coordinator.run_cycle()
-    coordinator.run_cycle()
+    loop = _loop(callback)
+    loop._sources = {s.name: s for s in callback.sources}
+    loop.run_cycle()
+    loop.run_cycle()
     one_cycle = ["current_watermark", "execute_cycle", "write_to_sinks", "record_cycle"]
     assert callback.calls == ["filter_late_rows:a", "extract_watermark:a", *one_cycle,
                               "filter_late_rows:b", "extract_watermark:b", *one_cycle]
@@ -190,7 +190,7 @@ def test_a_cycle_filters_then_extracts_watermarks_then_executes_then_writes() ->
 
 def test_stop_at_end_commits_everything_exactly_once_and_closes() -> None:
     callback = FakeCallback([FakeSource("a", [[1, 2], [3]])])
-    _coordinator(callback).run()
+    _loop(callback).run()
     assert callback.committed == [1, 2, 3]
     assert callback.calls[-1] == "close_sinks"
     assert callback.sources[0].closed
@@ -199,23 +199,23 @@ def test_stop_at_end_commits_everything_exactly_once_and_closes() -> None:
 def test_stop_at_end_does_not_return_after_its_final_epoch_was_abandoned() -> None:
     callback = FakeCallback([FakeSource("a", [[1, 2], [3]])])
     callback.fail_checkpoints = 1  # the epoch taken at the end aborts: its rows are read again
-    _coordinator(callback).run()
+    _loop(callback).run()
     assert callback.committed == [1, 2, 3]
 
 
 def test_sources_take_turns_one_per_cycle_and_barriers_cut_both_at_what_they_handed_out() -> None:
     a, b = FakeSource("a", [[1, 2], [3]]), FakeSource("b", [[10], [11, 12]])
     callback = FakeCallback([a, b])
-    coordinator = _coordinator(callback)
-    coordinator._sources = {"a": a, "b": b}
-    coordinator.run_cycle()
+    loop = _loop(callback)
+    loop._sources = {"a": a, "b": b}
+    loop.run_cycle()
     assert (a.handed_out, b.handed_out) == (2, 0)  # a poll may commit (a revoke): nothing may wait unprocessed
-    coordinator.run_cycle()
-    assert coordinator.checkpoint()
+    loop.run_cycle()
+    assert loop.checkpoint()
     checkpoint_id, cuts = callback.checkpoints[-1]
     assert {name: cut.offsets[0] for name, cut in cuts.items()} == {"a": 2, "b": 1}
-    coordinator.run_cycle()  # polled after the barrier: belongs to the next epoch
-    coordinator.run_cycle()
+    loop.run_cycle()  # polled after the barrier: belongs to the next epoch
+    loop.run_cycle()
     assert callback.committed == [1, 2, 10]
     assert callback.epoch_output == [3, 11, 12]
 
@@ -226,7 +226,7 @@ def cut_offsets(callback: FakeCallback) -> list[int]:
 
 def test_the_first_epoch_commits_as_soon_as_it_holds_a_record_and_later_ones_wait_for_the_interval() -> None:
     callback = FakeCallback([FakeSource("a", [[1], [2], [3]])])
-    _coordinator(callback).run()  # an interval of an hour: only the end would commit without the rule
+    _loop(callback).run()  # an interval of an hour: only the end would commit without the rule
     assert cut_offsets(callback) == [1, 3]
     assert callback.committed == [1, 2, 3]
 
@@ -234,7 +234,7 @@ def test_the_first_epoch_commits_as_soon_as_it_holds_a_record_and_later_ones_wai
 def test_after_an_abandoned_first_epoch_the_interval_rules_again() -> None:
     callback = FakeCallback([FakeSource("a", [[1], [2], [3]])])
     callback.fail_checkpoints = 1
-    _coordinator(callback).run()
+    _loop(callback).run()
     assert cut_offsets(callback) == [1, 3]  # the first (abandoned) at one record, the next at the end
     assert callback.committed == [1, 2, 3]
 
@@ -243,14 +243,14 @@ def test_abandoned_checkpoint_rewinds_sources_and_burns_its_id() -> None:
     source = FakeSource("a", [[1, 2], [3]])
     callback = FakeCallback([source])
     callback.fail_checkpoints = 1
-    coordinator = _coordinator(callback)
-    coordinator._sources = {"a": source}
-    coordinator.run_cycle()
-    assert not coordinator.checkpoint()
+    loop = _loop(callback)
+    loop._sources = {"a": source}
+    loop.run_cycle()
+    assert not loop.checkpoint()
     assert callback.abandoned == [(1, "capture failed")]
     assert source.handed_out == 0
-    coordinator.run_cycle()
-    assert coordinator.checkpoint()
+    loop.run_cycle()
+    assert loop.checkpoint()
     assert [cid for cid, _ in callback.checkpoints] == [1, 2]
     assert callback.committed == [1, 2]
 
@@ -258,16 +258,16 @@ def test_abandoned_checkpoint_rewinds_sources_and_burns_its_id() -> None:
 def test_checkpoint_ids_are_never_reused_across_a_crash_and_restart(tmp_path: Path) -> None:
     first = FakeCallback([FakeSource("a", [[1], [2]])], ids=CheckpointIdLog(tmp_path / "ids.log"))
     first.fail_checkpoints = 1  # reserves id 1, abandons it
-    coordinator = _coordinator(first)
-    coordinator._sources = {"a": first.sources[0]}
-    coordinator.run_cycle()
-    coordinator.checkpoint()
-    coordinator.run_cycle()
+    loop = _loop(first)
+    loop._sources = {"a": first.sources[0]}
+    loop.run_cycle()
+    loop.checkpoint()
+    loop.run_cycle()
     first.reserve_checkpoint_attempt()  # reserved, then the process "crashes" before using it
     before_crash = [cid for cid, _ in first.checkpoints] + [first.ids.highest_reserved()]
 
     restarted = FakeCallback([FakeSource("a", [[1], [2]])], ids=CheckpointIdLog(tmp_path / "ids.log"))
-    _coordinator(restarted).run()
+    _loop(restarted).run()
     after_restart = [cid for cid, _ in restarted.checkpoints]
     assert after_restart and min(after_restart) > max(before_crash)
 
@@ -277,7 +277,7 @@ def test_cycle_failure_in_exactly_once_rewinds_and_a_repeat_halts() -> None:
     callback = FakeCallback([source])
     callback.fail_cycles_on = 66
     with pytest.raises(PipelineHalted, match="poison"):
-        _coordinator(callback).run()
+        _loop(callback).run()
     assert [reason for _, reason in callback.abandoned] == ["operator failed on 66"] * 2
     assert callback.committed == [1]  # the first epoch, committed at its first record; nothing after it
     assert callback.calls[-1] == "close_sinks"
@@ -287,7 +287,7 @@ def test_cycle_failure_in_at_least_once_drops_the_cycle_and_goes_on() -> None:
     callback = FakeCallback([FakeSource("a", [[1], [2, 66], [3]])])
     callback.fail_cycles_on = 66
     callback.exactly_once = False
-    _coordinator(callback).run()
+    _loop(callback).run()
     assert callback.committed == [1, 3]
     assert callback.abandoned == []
 
@@ -295,51 +295,51 @@ def test_cycle_failure_in_at_least_once_drops_the_cycle_and_goes_on() -> None:
 def test_graceful_stop_takes_a_final_checkpoint() -> None:
     source = FakeSource("a", [[1], [2], [3]])
     callback = FakeCallback([source])
-    coordinator = StreamingCoordinator(callback, CoordinatorSettings(checkpoint_interval_s=3600, poll_timeout_s=0))
+    loop = EpochLoop(callback, EpochLoopSettings(checkpoint_interval_s=3600, poll_timeout_s=0))
     original = callback.write_to_sinks
 
     def stop_after_first_write(results: pa.Table | None) -> None:
         original(results)
-        coordinator.request_stop()
+        loop.request_stop()
 
     callback.write_to_sinks = stop_after_first_write
-    coordinator.run()
+    loop.run()
     assert callback.committed == [1]
     assert source.handed_out == 1
 
 
 def test_a_second_stop_request_stops_at_once() -> None:
-    coordinator = _coordinator(FakeCallback([]))
-    coordinator.request_stop()
+    loop = _loop(FakeCallback([]))
+    loop.request_stop()
     with pytest.raises(ImmediateStop):
-        coordinator.request_stop()
+        loop.request_stop()
 
 
 def test_backpressure_pauses_sources_until_it_clears() -> None:
     source = FakeSource("a", [[1], [2]])
     callback = FakeCallback([source])
-    coordinator = _coordinator(callback)
-    coordinator._sources = {"a": source}
+    loop = _loop(callback)
+    loop._sources = {"a": source}
     callback.backpressured = True
-    coordinator._apply_backpressure()
-    assert coordinator.run_cycle() == 0 and source.paused
+    loop._apply_backpressure()
+    assert loop.run_cycle() == 0 and source.paused
     callback.backpressured = False
-    coordinator._apply_backpressure()
-    assert coordinator.run_cycle() == 1 and not source.paused
+    loop._apply_backpressure()
+    assert loop.run_cycle() == 1 and not source.paused
 
 
 def test_control_messages_add_and_drop_streams_between_cycles() -> None:
     a, b = FakeSource("a", [[1]]), FakeSource("b", [[7]])
     callback = FakeCallback([a])
     callback.extra_source = b
-    coordinator = _coordinator(callback)
-    coordinator._sources = {"a": a}
-    coordinator.submit(ControlMessage("add", "b"))
-    coordinator._apply_controls()
-    coordinator.run_cycle()
-    coordinator.run_cycle()
-    coordinator.submit(ControlMessage("drop", "a"))
-    coordinator._apply_controls()
-    assert set(coordinator.sources) == {"b"}
+    loop = _loop(callback)
+    loop._sources = {"a": a}
+    loop.submit(ControlMessage("add", "b"))
+    loop._apply_controls()
+    loop.run_cycle()
+    loop.run_cycle()
+    loop.submit(ControlMessage("drop", "a"))
+    loop._apply_controls()
+    assert set(loop.sources) == {"b"}
     assert a.closed
     assert sorted(callback.committed) == [1, 7]  # the drop committed what both had handed out
