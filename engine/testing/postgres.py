@@ -24,7 +24,11 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from engine.ports import free_port
 
@@ -111,3 +115,18 @@ class ThrowawayPostgres:
 def no_postgres_reason() -> str:
     return ("PostgreSQL server binaries not found under /usr/lib/postgresql/<version>/bin: install Debian's "
             f"postgresql package (bash .ci/postgres.sh) or set {DSN_VARIABLE} to run the PostgreSQL tests")
+
+
+@contextmanager
+def throwaway_postgres(max_prepared_transactions: int = DEFAULT_PREPARED_TRANSACTIONS) -> Iterator[ThrowawayPostgres]:
+    """A started throwaway cluster, stopped (by its own data directory) on leaving; the test is skipped with
+    how to install them when Debian's server binaries are missing."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        pytest.skip(no_postgres_reason())
+    server = ThrowawayPostgres(bin_dir, max_prepared_transactions)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()

@@ -49,7 +49,7 @@ import pytest
 from engine.ports import free_port
 from engine.testing.auth import ScramKafka
 from engine.testing.local_broker import LocalBroker
-from engine.testing.postgres import DSN_VARIABLE, ThrowawayPostgres, no_postgres_reason, postgres_bin_dir
+from engine.testing.postgres import DSN_VARIABLE, throwaway_postgres
 
 if TYPE_CHECKING:
     from engine.testing.cluster import LocalCluster
@@ -286,15 +286,8 @@ def postgres_dsn() -> Iterator[str]:
     if configured:
         yield configured
         return
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        pytest.skip(no_postgres_reason())
-    server = ThrowawayPostgres(bin_dir)
-    try:
-        server.start()
+    with throwaway_postgres() as server:
         yield server.dsn
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from engine.testing.postgres import ThrowawayPostgres, no_postgres_reason, postgres_bin_dir
+from engine.testing.postgres import throwaway_postgres
 from sinks import Guarantee, SinkAssignment, SinkMisconfigured, SinkSettingsError
 from sinks.postgres import PostgresSink, PostgresSinkError, parse_settings, postgres_type
 
@@ -180,18 +180,11 @@ def test_a_missing_privilege_is_one_line_naming_it(postgres_dsn: str, table: str
 
 
 def test_a_server_without_prepared_transactions_is_one_line_naming_the_setting() -> None:
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        pytest.skip(no_postgres_reason())
-    server = ThrowawayPostgres(bin_dir, max_prepared_transactions=0)
-    try:
-        server.start()
+    with throwaway_postgres(max_prepared_transactions=0) as server:
         sink = PostgresSink(parse_settings({"dsn": server.dsn, "table": "t", "create_table": True}))
         with pytest.raises(SinkMisconfigured, match="max_prepared_transactions = 0") as caught:
             sink.open(SinkAssignment("c", "i"))
-        assert "\n" not in str(caught.value)
-    finally:
-        server.stop()
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize(("settings", "problem"), [

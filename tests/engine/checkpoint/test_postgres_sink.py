@@ -20,7 +20,7 @@ import pytest
 
 from connectors.admin import create_topic
 from engine.config import load_config
-from engine.testing.postgres import ThrowawayPostgres, no_postgres_reason, postgres_bin_dir
+from engine.testing.postgres import throwaway_postgres
 from engine.validation import validate_online
 from tests.helpers.accounting import assert_dead_letters, count_problems
 from tests.helpers.connector_process import Connector, LiveInput, produce_values, start_connector, write_config
@@ -155,17 +155,10 @@ def test_random_kills_while_the_input_streams_in_lose_and_duplicate_nothing(
 
 def test_a_server_without_prepared_transactions_stops_the_run_with_one_line_naming_the_setting(
         kafka_bootstrap: str, pipeline: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = postgres_bin_dir()
-    if bin_dir is None:
-        pytest.skip(no_postgres_reason())
-    server = ThrowawayPostgres(bin_dir, max_prepared_transactions=0)
-    try:
-        server.start()
+    with throwaway_postgres(max_prepared_transactions=0) as server:
         monkeypatch.setenv(DSN_VARIABLE, server.dsn)
         run = start_connector(pipeline["config"], kafka_bootstrap, stop_at_end=True)  # type: ignore[arg-type]
         assert run.wait(60) != 0
-    finally:
-        server.stop()
     errors = [line for line in run.log_tail().splitlines() if line.startswith("epochline: ")]
     assert len(errors) == 1 and "max_prepared_transactions = 0" in errors[0], run.log_tail()
     assert "Traceback" not in run.log_path.read_text()
