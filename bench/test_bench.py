@@ -51,8 +51,8 @@ from bench.workload import (
     write_schema_files,
 )
 from connectors.admin import create_topic, matching_topics
+from engine.testing.accounting import assert_exactly_once
 from engine.testing.local_broker import KAFKA_VERSION
-from tests.helpers.accounting import assert_exactly_once
 from tests.helpers.worker_process import wait_for
 
 REPO = Path(__file__).resolve().parents[1]

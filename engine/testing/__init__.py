@@ -10,6 +10,8 @@ imports this package; the CLI loads its parts only for ``epochline broker`` and 
 - ``containers``: the same broker in a Docker container through testcontainers (``epochline[testing]``);
 - ``topics``: create topics, write rows, read them back with ``read_committed``;
 - ``pipelines``: run ``epochline run --stop-at-end`` as a user would;
+- ``connectors``: ``epochline run`` as its own process (SIGKILLed by crash tests), input written as it streams;
+- ``accounting``: every input id accounted for, once, in the output or among the dead letters;
 - ``driver``: ``TransformTestDriver``, a connector's transform tested without Kafka, in milliseconds;
 - ``faults``: crash the process at a named moment of the protocol;
 - ``pytest_plugin``: the ``kafka_bootstrap`` and ``postgres_dsn`` fixtures (entry point ``pytest11``);

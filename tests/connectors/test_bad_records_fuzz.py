@@ -58,10 +58,10 @@ from hypothesis import strategies as st
 from connectors.metadata import OFFSET, PARTITION
 from engine.config import ConnectorConfig, load_config
 from engine.testing import TransformTestDriver
+from engine.testing.connectors import write_config
 from engine.testing.driver import DriverRecord
 from schemas.base import NULL_PAYLOAD_REASON
 from tests.helpers import EXAMPLES, REPO_ROOT
-from tests.helpers.connector_process import write_config
 from tests.helpers.schema_samples import ALL_TYPES_AVSC, all_types_rows
 
 FUZZ = settings(max_examples=50, deadline=None, derandomize=True, database=None,

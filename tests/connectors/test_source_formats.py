@@ -17,8 +17,8 @@ from connectors.batch import SourceBatch
 from connectors.dead_letter import PoisonRecord
 from connectors.metadata import METADATA_COLUMNS
 from connectors.source import KafkaSource, SourceSettings
+from engine.testing.connectors import produce_keyed, read_until
 from schemas import FormatSpec, make_format
-from tests.helpers.connector_process import produce_keyed, read_until
 
 ROWS = 100_000
 SCHEMA_ID = 42

@@ -26,8 +26,8 @@ from connectors.source import (
 )
 from engine.ports import free_port
 from engine.testing import produce_transactions
+from engine.testing.connectors import read_until
 from schemas import FormatSpec
-from tests.helpers.connector_process import read_until
 
 RAW = FormatSpec("raw")
 

@@ -16,9 +16,9 @@ import yaml
 
 from engine.cli import main
 from engine.config import ConfigError
+from engine.testing.connectors import write_config
 from engine.validation import checked_config
 from tests.helpers import EXAMPLES, REPO_ROOT
-from tests.helpers.connector_process import write_config
 
 SCHEMALESS: dict[str, Any] = {"name": "v", "source": {"topic": "in", "format": "json"}, "sink": {"topic": "out"},
                               "dead_letter": {"topic": "dlq"}}

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from connectors.admin import GroupMissing, describe_group, watermark_offsets
-from tests.helpers.connector_process import Connector, start_connector, write_config
+from engine.testing.connectors import Connector, start_connector, write_config
 
 PARTITIONS = 6
 RECORDS = 200_000

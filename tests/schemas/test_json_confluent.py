@@ -18,10 +18,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from connectors.admin import create_topic
 from connectors.metadata import METADATA_COLUMNS
+from engine.testing.connectors import produce_keyed, read_batches
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
 from schemas.base import Format
 from schemas.registry import RegistryUnavailable, SchemaNotRegistered
-from tests.helpers.connector_process import produce_keyed, read_batches
 
 if TYPE_CHECKING:  # imported by pytest as the plugin below; importing it here first would skip assert rewriting
     from tests.helpers.schema_registry import FakeSchemaRegistry

@@ -33,12 +33,12 @@ from connectors.admin import create_topic
 from connectors.batch import SourceBatch
 from connectors.metadata import METADATA_COLUMNS
 from engine.testing import read_values, run_pipeline
+from engine.testing.accounting import assert_exactly_once, ids_in
+from engine.testing.connectors import produce_keyed, read_batches, write_config
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
 from schemas.protobuf_format import ProtobufConfluentFormat
 from schemas.registry import RegistryUnavailable, SchemaNotRegistered
 from tests.helpers import REPO_ROOT
-from tests.helpers.accounting import assert_exactly_once, ids_in
-from tests.helpers.connector_process import produce_keyed, read_batches, write_config
 
 if TYPE_CHECKING:  # imported by pytest as the plugin below; importing it here first would skip assert rewriting
     from tests.helpers.schema_registry import FakeSchemaRegistry

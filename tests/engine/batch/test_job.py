@@ -26,8 +26,8 @@ from engine.batch import BatchItem, BatchPlan, BatchStore, Outcome, open_batch_s
 from engine.cli import main
 from engine.config import load_config
 from engine.testing import produce_transactions, read_values
-from tests.helpers.accounting import assert_exactly_once
-from tests.helpers.connector_process import (
+from engine.testing.accounting import assert_exactly_once
+from engine.testing.connectors import (
     Connector,
     produce_values,
     start_connector,

@@ -17,10 +17,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connectors.admin import create_topic
 from engine.testing import produce_transactions, read_values
+from engine.testing.accounting import assert_exactly_once
 from engine.testing.auth import ClientAuth, ScramKafka
+from engine.testing.connectors import write_config
 from tests.helpers import REPO_ROOT
-from tests.helpers.accounting import assert_exactly_once
-from tests.helpers.connector_process import write_config
 
 pytestmark = [pytest.mark.auth, pytest.mark.timeout(300)]
 

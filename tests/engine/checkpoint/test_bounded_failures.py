@@ -17,10 +17,10 @@ import yaml
 from connectors.admin import create_topic
 from engine.ports import free_port
 from engine.testing import read_values
+from engine.testing.accounting import assert_exactly_once
+from engine.testing.connectors import produce_values, write_config
 from engine.testing.local_broker import LocalBroker
 from tests.helpers import REPO_ROOT
-from tests.helpers.accounting import assert_exactly_once
-from tests.helpers.connector_process import produce_values, write_config
 
 
 def connector(tmp_path: Path, topic: str, connect_timeout: str = "3s") -> Path:

@@ -14,9 +14,9 @@ import pytest
 
 from connectors.admin import create_topic
 from engine.testing import read_values
+from engine.testing.accounting import assert_exactly_once
 from engine.testing.cluster import LocalCluster
-from tests.helpers.accounting import assert_exactly_once
-from tests.helpers.connector_process import Connector, LiveInput, start_connector, write_config
+from engine.testing.connectors import Connector, LiveInput, start_connector, write_config
 
 INSTANCE = ["--instance", "solo"]
 """The connector's instance name, so the test knows its transactional id (and its coordinator)."""

@@ -34,9 +34,9 @@ from engine.checkpoint import (
 )
 from engine.config import load_config
 from engine.state import CheckpointIdLog, CheckpointNotFound, StoredCheckpointCorrupted
+from engine.testing.connectors import produce_values, write_config
 from engine.wiring import SOURCE_NAME
 from tests.helpers import REPO_ROOT
-from tests.helpers.connector_process import produce_values, write_config
 
 WAIT_S = 10.0
 """Upper bound of any wait in these tests."""

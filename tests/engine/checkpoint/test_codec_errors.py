@@ -24,9 +24,9 @@ import schemas
 from connectors.dead_letter import PoisonRecord
 from engine.cli import known_failures
 from engine.testing import TransformTestDriver
+from engine.testing.connectors import write_config
 from schemas import EncodeError, FormatSpec, SchemaError, make_format
 from schemas.base import Format
-from tests.helpers.connector_process import write_config
 
 POISON = "poison"
 

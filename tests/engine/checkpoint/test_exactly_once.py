@@ -16,8 +16,8 @@ import pytest
 
 from connectors.admin import create_topic
 from engine.testing import read_values
-from tests.helpers.accounting import assert_dead_letters, assert_exactly_once
-from tests.helpers.connector_process import LiveInput, start_connector, write_config
+from engine.testing.accounting import assert_dead_letters, assert_exactly_once
+from engine.testing.connectors import LiveInput, start_connector, write_config
 
 RECORDS = 200_000
 PARTITIONS = 4

@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from engine.testing import read_values
-from tests.helpers.accounting import assert_dead_letters, assert_exactly_once
-from tests.helpers.connector_process import LiveInput
+from engine.testing.accounting import assert_dead_letters, assert_exactly_once
+from engine.testing.connectors import LiveInput
 from tests.helpers.group import (
     GROUP_PROTOCOLS,
     PARTITIONS,

@@ -23,9 +23,9 @@ from engine.checkpoint import (
 from engine.config import ConnectorConfig, load_config
 from engine.metrics import Metrics
 from engine.testing import read_values
+from engine.testing.accounting import assert_exactly_once, read_dead_letters
+from engine.testing.connectors import produce_values, write_config
 from engine.wiring import SOURCE_NAME, build_sink
-from tests.helpers.accounting import assert_exactly_once, read_dead_letters
-from tests.helpers.connector_process import produce_values, write_config
 
 PARTITIONS = 2
 RECORDS = 2_000

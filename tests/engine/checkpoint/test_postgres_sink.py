@@ -20,10 +20,10 @@ import pytest
 
 from connectors.admin import create_topic
 from engine.config import load_config
+from engine.testing.accounting import assert_dead_letters, count_problems
+from engine.testing.connectors import Connector, LiveInput, produce_values, start_connector, write_config
 from engine.testing.postgres import throwaway_postgres
 from engine.validation import validate_online
-from tests.helpers.accounting import assert_dead_letters, count_problems
-from tests.helpers.connector_process import Connector, LiveInput, produce_values, start_connector, write_config
 
 RECORDS = 3_000
 PARTITIONS = 3

@@ -12,14 +12,14 @@ import orjson
 from connectors.admin import create_topic
 from engine.ports import free_port
 from engine.testing import read_values
-from engine.testing.local_broker import LocalBroker
-from tests.helpers.accounting import assert_dead_letters, assert_exactly_once, read_dead_letters
-from tests.helpers.connector_process import (
+from engine.testing.accounting import assert_dead_letters, assert_exactly_once, read_dead_letters
+from engine.testing.connectors import (
     json_field_counts,
     produce_values,
     start_connector,
     write_config,
 )
+from engine.testing.local_broker import LocalBroker
 from tests.helpers.transforms import POISON_ID
 
 RECORDS = 60_000

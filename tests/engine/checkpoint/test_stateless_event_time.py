@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.helpers.accounting import assert_exactly_once
-from tests.helpers.connector_process import LiveInput, start_connector
+from engine.testing.accounting import assert_exactly_once
+from engine.testing.connectors import LiveInput, start_connector
 from tests.helpers.group import (
     PARTITIONS,
     SQL,

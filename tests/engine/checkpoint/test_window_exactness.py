@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.connector_process import LiveInput, produce_values
+from engine.testing.connectors import LiveInput, produce_values
 from tests.helpers.group import (
     GROUP_PROTOCOLS,
     Instances,

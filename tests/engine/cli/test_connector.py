@@ -14,8 +14,8 @@ import pytest
 
 from connectors.admin import create_topic, partitions_of
 from engine.testing import read_values
+from engine.testing.connectors import produce_values, start_connector, write_config
 from tests.helpers import REPO_ROOT
-from tests.helpers.connector_process import produce_values, start_connector, write_config
 from tests.helpers.worker_process import wait_for
 
 pytestmark = pytest.mark.timeout(240)

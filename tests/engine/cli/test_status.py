@@ -17,8 +17,8 @@ from connectors.admin import create_topic
 from connectors.offset_metadata import encode
 from engine.cli import main
 from engine.group_status import instance_of
+from engine.testing.connectors import produce_values, write_config
 from engine.testing.topics import produce_transactions
-from tests.helpers.connector_process import produce_values, write_config
 
 pytestmark = pytest.mark.timeout(180)
 

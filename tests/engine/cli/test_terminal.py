@@ -14,8 +14,8 @@ from pathlib import Path
 import orjson
 
 from connectors.admin import create_topic
+from engine.testing.connectors import produce_values, write_config
 from tests.helpers import REPO_ROOT
-from tests.helpers.connector_process import produce_values, write_config
 
 RECORDS = 30_000
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -14,10 +14,10 @@ import pytest
 from engine.checkpoint import PipelineHalted
 from engine.config import ConnectorConfig, load_config
 from engine.testing import TransformTestDriver, create_unique_topic, produce_rows, read_topic, read_values
+from engine.testing.connectors import write_config
 from engine.testing.pipelines import run_pipeline
 from schemas import FormatSpec
 from tests.helpers import EXAMPLES
-from tests.helpers.connector_process import write_config
 
 UTC = dt.UTC
 

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, Producer
 
 from connectors.admin import create_topic, matching_topics
 from engine.testing import read_values
+from engine.testing.connectors import produce_values, start_connector
 from engine.testing.local_broker import (
     BrokerAlreadyRunning,
     BrokerError,
@@ -27,7 +28,6 @@ from engine.testing.local_broker import (
     kafka_classpath,
 )
 from tests.helpers import EXAMPLES, REPO_ROOT
-from tests.helpers.connector_process import produce_values, start_connector
 from tests.helpers.worker_process import wait_for
 
 

@@ -31,10 +31,10 @@ from playwright.sync_api import Locator, Page, expect
 
 from connectors.admin import create_topic
 from engine.testing import LocalWorker
+from engine.testing.accounting import read_dead_letters
 from engine.testing.browser import browser_page
+from engine.testing.connectors import LiveInput, produce_values
 from engine.worker.client import WorkerApiError
-from tests.helpers.accounting import read_dead_letters
-from tests.helpers.connector_process import LiveInput, produce_values
 from tests.helpers.transforms import FAIL_FLAG_ENV
 from tests.helpers.worker_process import start_worker, wait_for
 

@@ -12,8 +12,8 @@ import yaml
 
 from connectors.admin import create_topic
 from engine.testing import LocalWorker, produce_transactions, read_values
+from engine.testing.accounting import assert_exactly_once
 from engine.testing.auth import ScramKafka
-from tests.helpers.accounting import assert_exactly_once
 from tests.helpers.worker_process import start_worker, wait_for
 
 pytestmark = [pytest.mark.auth, pytest.mark.timeout(300)]

@@ -22,10 +22,10 @@ import yaml
 from connectors.admin import create_topic
 from engine.cli import main
 from engine.testing import LocalWorker, read_values
+from engine.testing.accounting import assert_exactly_once
 from engine.testing.browser import render_page, visible_text
+from engine.testing.connectors import LiveInput, produce_values
 from engine.worker.client import WorkerApiError
-from tests.helpers.accounting import assert_exactly_once
-from tests.helpers.connector_process import LiveInput, produce_values
 from tests.helpers.transforms import FAIL_FLAG_ENV
 from tests.helpers.worker_process import start_worker, wait_for
 

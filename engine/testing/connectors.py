@@ -1,4 +1,5 @@
-"""Running ``epochline run`` as a real subprocess and reading what it committed, for the crash tests.
+"""Running ``epochline run`` as a real subprocess and reading what it committed, for crash tests and the
+sink conformance kit.
 
 The connector runs as its own process so that SIGKILL is a real crash: nothing in this test process
 can flush, commit or clean up on its behalf.
@@ -16,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
@@ -26,14 +28,13 @@ from connectors.batch import SourceBatch
 from connectors.source import KafkaSource, SourceSettings
 from schemas import FormatSpec
 from sinks import produce_waiting
-from tests.helpers import REPO_ROOT
 
 
 @dataclass
 class Connector:
     """One ``epochline run`` process; stderr goes to a file so a test can show why it failed."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log_path: Path
 
     def kill(self) -> None:
@@ -63,7 +64,11 @@ class Connector:
         return '"injected crash"' in self.log_path.read_text(errors="replace")
 
 
-def write_config(directory: Path, config: dict) -> Path:
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""Where ``python -m engine.cli`` finds this checkout's packages (and ``examples``)."""
+
+
+def write_config(directory: Path, config: Mapping[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{config['name']}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -81,7 +86,7 @@ def start_connector(config_path: Path, bootstrap: str, *, stop_at_end: bool = Fa
         argv.append("--stop-at-end")
     env = {**os.environ, "EPOCHLINE_TEST_FAULTS": faults}
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT)
     return Connector(process, log_path)
 
 
@@ -126,7 +131,7 @@ class LiveInput:
         assert not self._thread.is_alive(), "the input producer did not finish"
 
 
-def json_field_counts(values: list[bytes], field: str) -> Counter:
+def json_field_counts(values: list[bytes], field: str) -> Counter[Any]:
     return Counter(orjson.loads(value)[field] for value in values)
 
 

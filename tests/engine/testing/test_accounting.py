@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from connectors.admin import create_topic
 from connectors.dead_letter import DeadLetter
-from tests.helpers.accounting import assert_dead_letters, assert_exactly_once
+from engine.testing.accounting import assert_dead_letters, assert_exactly_once
 
 
 def letter(value: bytes, reason: str = "not JSON: unexpected end of data", stage: str = "decode") -> DeadLetter:
