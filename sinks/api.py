@@ -10,7 +10,9 @@ committed, thrown away otherwise.
 
 A sink is found by its ``type`` (``sink: {type: postgres, ...}`` in a connector config): first among the
 plugins installed under the entry-point group ``epochline.sinks``, then among the ones epochline ships
-(``BUILTIN_SINKS``), so a source checkout finds them without being installed.
+(``BUILTIN_SINKS``), so a source checkout finds them without being installed. A type of the form
+``module:attribute`` names a plugin directly (Kafka Connect's ``connector.class``), so a sink in the user's
+own code needs no package and no installation, only to be importable (``PYTHONPATH``).
 """
 
 from __future__ import annotations
@@ -142,7 +144,10 @@ class SinkPlugin(Protocol):
 
 
 def sink_plugin(sink_type: str) -> SinkPlugin:
-    """The plugin for ``sink_type``: an installed ``epochline.sinks`` entry point, else a built-in one."""
+    """The plugin for ``sink_type``: ``module:attribute`` imported, else an installed ``epochline.sinks`` entry
+    point, else a built-in one."""
+    if ":" in sink_type:
+        return _imported_plugin(sink_type)
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if entry.name == sink_type:
             plugin: SinkPlugin = entry.load()
@@ -151,6 +156,18 @@ def sink_plugin(sink_type: str) -> SinkPlugin:
         known = sorted({*BUILTIN_SINKS, *(entry.name for entry in entry_points(group=ENTRY_POINT_GROUP))})
         raise UnknownSinkType(f"unknown sink type {sink_type!r} (known: kafka, {', '.join(known)}; a plugin "
                               f"registers more under the entry-point group {ENTRY_POINT_GROUP!r})")
-    module, _, attribute = BUILTIN_SINKS[sink_type].partition(":")
-    builtin: SinkPlugin = getattr(importlib.import_module(module), attribute)
-    return builtin
+    return _imported_plugin(BUILTIN_SINKS[sink_type])
+
+
+def _imported_plugin(reference: str) -> SinkPlugin:
+    """The plugin ``module:attribute`` names; one line naming what is missing when it cannot be found."""
+    module_name, _, attribute = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UnknownSinkType(f"sink type {reference!r}: cannot import module {module_name!r} ({error}); "
+                              f"is it on PYTHONPATH?") from error
+    if not hasattr(module, attribute):
+        raise UnknownSinkType(f"sink type {reference!r}: module {module_name!r} has no attribute {attribute!r}")
+    plugin: SinkPlugin = getattr(module, attribute)
+    return plugin

@@ -161,11 +161,19 @@ def test_a_postgres_sink_is_checked_by_its_plugin_and_keeps_secret_references(tm
     ({"type": "postgres", "table": "t"}, "sink: .*dsn: a postgresql:// connection string is required"),
     ({"type": "postgres", "dsn": "postgresql://h/db", "table": "t", "mode": "upsert"}, "sink: .*key: mode upsert"),
     ({"type": "mongo", "uri": "x"}, "sink: .*unknown sink type 'mongo' .*epochline.sinks"),
+    ({"type": "my_sinks.warehouse:PLUGIN"}, "sink: .*cannot import module 'my_sinks.warehouse'.*PYTHONPATH"),
+    ({"type": "examples.jsonl_sink:NOTHING"}, "sink: .*module 'examples.jsonl_sink' has no attribute 'NOTHING'"),
+    ({"type": "examples.jsonl_sink:PLUGIN"}, "sink: directory: the directory to write to is required"),
     ({"type": "kafka", "topic": "out", "table": "t"}, "sink.table: unknown key"),
 ])
 def test_a_sink_config_mistake_names_the_sink_setting(tmp_path: Path, sink: dict, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         load_config(write(tmp_path, sink=sink))
+
+
+def test_a_module_attribute_type_names_a_sink_plugin_in_the_users_own_code(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, sink={"type": "examples.jsonl_sink:PLUGIN", "directory": "out"}))
+    assert config.kafka_sink is None and config.sink.settings == {"directory": "out"}
 
 
 def test_the_postgres_example_validates_offline() -> None:
