@@ -223,6 +223,7 @@ class KafkaPipeline(PipelineCallback, PartitionListener):
             return
         self.external.open(SinkAssignment(self.config.name, self.instance.name))
         self.external.recover(self._last_committed_by_this_instance())
+        self._crash("during-recover")
 
     def _last_committed_by_this_instance(self) -> int | None:
         """The largest checkpoint id the committed offsets' metadata names with this instance."""

@@ -5,8 +5,10 @@ epoch's records are flushed and its offsets sent, before the commit). Random kil
 window, so crash tests set ``EPOCHLINE_TEST_FAULTS="between-flush-and-commit:0.3"`` (moment:probability,
 comma-separated) and the process kills itself there with that probability; ``moment:pause=2`` stalls
 there instead (a commit in flight while the test changes the group). With an external sink (two-phase
-commit) there are three more moments: ``before-prepare``, ``after-prepare`` (prepared, before the Kafka
-commit) and ``before-finish`` (Kafka committed, the sink not yet). The CLI loads this module only
+commit) there are four more moments: ``before-prepare``, ``after-prepare`` (prepared, before the Kafka
+commit), ``before-finish`` (Kafka committed, the sink not yet) and ``during-recover`` (a start's recovery:
+the sink has resolved what the previous incarnation left, the run has read nothing yet, so the next start
+recovers again from what this one did). The CLI loads this module only
 when the variable is set and passes ``crash_point_from(spec)`` down as the runtime's ``crash_point``; the
 runtime itself never imports it.
 """
