@@ -14,6 +14,8 @@ imports this package; the CLI loads its parts only for ``epochline broker`` and 
 - ``accounting``: every input id accounted for, once, in the output or among the dead letters;
 - ``driver``: ``TransformTestDriver``, a connector's transform tested without Kafka, in milliseconds;
 - ``faults``: crash the process at a named moment of the protocol;
+- ``conformance``: ``check_sink``, an external sink SIGKILLed at each moment of the two-phase commit, and its
+  report: each input id published once (or dead-lettered), or what was lost or doubled where;
 - ``pytest_plugin``: the ``kafka_bootstrap`` and ``postgres_dsn`` fixtures (entry point ``pytest11``);
 - ``postgres``: a throwaway PostgreSQL cluster from Debian's server binaries, prepared transactions enabled;
 - ``browser``: a page rendered by headless Chromium (Debian's), or driven in it by Playwright (clicks, dialogs,
@@ -32,6 +34,7 @@ A test in a few lines::
 from engine.ports import free_port
 from engine.testing.auth import ClientAuth, ScramKafka, create_principal
 from engine.testing.cluster import LocalCluster
+from engine.testing.conformance import CRASH_POINTS, ConformanceReport, ConformanceRunFailed, CrashFinding, check_sink
 from engine.testing.containers import KafkaContainer, docker_unavailable_reason
 from engine.testing.driver import DriverRecord, DriverSnapshot, TransformTestDriver
 from engine.testing.errors import (
@@ -47,8 +50,12 @@ from engine.testing.pipelines import run_pipeline
 from engine.testing.topics import create_unique_topic, produce_rows, produce_transactions, read_topic, read_values
 
 __all__ = [
+    "CRASH_POINTS",
     "ClientAuth",
+    "ConformanceReport",
+    "ConformanceRunFailed",
     "ContainerStartFailed",
+    "CrashFinding",
     "DriverRecord",
     "DriverSnapshot",
     "KafkaContainer",
@@ -61,6 +68,7 @@ __all__ = [
     "ScramKafka",
     "TransformTestDriver",
     "WorkerProcessFailed",
+    "check_sink",
     "create_principal",
     "create_unique_topic",
     "docker_unavailable_reason",

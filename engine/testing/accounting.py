@@ -26,8 +26,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from connectors.admin import ClientConfig, partition_offsets
-from engine.testing import read_values
-from engine.testing.topics import MARKER_GRACE_S
+from engine.testing.topics import MARKER_GRACE_S, read_values
 
 REASON = "epochline.reason"
 STAGE = "epochline.stage"

@@ -131,6 +131,17 @@ class LiveInput:
         assert not self._thread.is_alive(), "the input producer did not finish"
 
 
+def committing_or_ended(run: Connector, more: LiveInput, timeout: float = 60.0) -> None:
+    """Until the run committed an epoch, ended, or the input stopped streaming: a random lifetime counts from
+    there, so a slow start (a busy machine) does not use it up before any epoch reaches a commit."""
+    deadline = time.monotonic() + timeout
+    while (run.process.poll() is None and more.streaming
+           and "checkpoint committed" not in run.log_path.read_text(errors="replace")):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no epoch committed in {timeout} s:\n{run.log_tail()}")
+        time.sleep(0.1)
+
+
 def json_field_counts(values: list[bytes], field: str) -> Counter[Any]:
     return Counter(orjson.loads(value)[field] for value in values)
 

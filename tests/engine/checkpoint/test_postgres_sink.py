@@ -9,7 +9,6 @@ of the connector at the end.
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -21,7 +20,14 @@ import pytest
 from connectors.admin import create_topic
 from engine.config import load_config
 from engine.testing.accounting import assert_dead_letters, count_problems
-from engine.testing.connectors import Connector, LiveInput, produce_values, start_connector, write_config
+from engine.testing.connectors import (
+    Connector,
+    LiveInput,
+    committing_or_ended,
+    produce_values,
+    start_connector,
+    write_config,
+)
 from engine.testing.postgres import throwaway_postgres
 from engine.validation import validate_online
 
@@ -118,17 +124,6 @@ def test_a_kill_at_each_moment_of_the_two_phase_commit_loses_and_duplicates_noth
 
     finish(config, kafka_bootstrap)
     assert_every_input_once(kafka_bootstrap, postgres_dsn, pipeline)
-
-
-def committing_or_ended(run: Connector, more: LiveInput, timeout: float = 60.0) -> None:
-    """Until the run committed an epoch, ended, or the input stopped streaming: its random lifetime counts
-    from there, so a slow start (a busy machine) does not use it up before any epoch reaches the two-phase
-    commit."""
-    deadline = time.monotonic() + timeout
-    while (run.process.poll() is None and more.streaming
-           and "checkpoint committed" not in run.log_path.read_text(errors="replace")):
-        assert time.monotonic() < deadline, f"no epoch committed in {timeout} s:\n{run.log_tail()}"
-        time.sleep(0.1)
 
 
 def test_random_kills_while_the_input_streams_in_lose_and_duplicate_nothing(
