@@ -137,7 +137,7 @@ def test_random_kills_while_the_input_streams_in_lose_and_duplicate_nothing(
     runs = faulted = 0
     while more.streaming:
         run = start_connector(config, kafka_bootstrap, log_name=f"run{runs}",
-                              faults="before-prepare:0.1,after-prepare:0.15,before-finish:0.15")
+                              faults="before-prepare:0.3,after-prepare:0.3,before-finish:0.3")
         committing_or_ended(run, more)
         if not run.wait_for_exit(rng.uniform(1.0, 4.0)):
             run.kill()
